@@ -1,0 +1,135 @@
+package lanes
+
+import (
+	"context"
+	"time"
+)
+
+// Backend is the shared store of lanes: queues, holders, limits and fencing
+// counters. Each method is one atomic step on that store. A Session turns
+// these steps into waits and leases; most code uses a Session, not a Backend.
+//
+// Every method is safe for concurrent use. Before changing anything, each
+// method first expires the entries whose deadline passed (holders and waiters
+// alike) and grants what that frees. Every method that frees capacity grants
+// the next eligible entries itself, mints their tokens, and then calls the
+// hint function of each owner that got a grant.
+//
+// Lanes with limit 0 are dropped before they reach a Backend; a Backend may
+// reject them.
+type Backend interface {
+	// Enqueue places each request in the queue of every lane it names, in
+	// the order given, in one atomic step, and grants those that are
+	// eligible (DESIGN.md invariants 2 to 4). A request whose ID exists
+	// already is not enqueued again: its Status is returned as it stands,
+	// its deadline is renewed and owner takes it over (invariant 8).
+	//
+	// Each entry's deadline is the backend's clock plus ttl. The returned
+	// slice has one Status per request, in order; Waiting ones carry their
+	// positions. On a limit disagreement it returns a *LimitMismatchError
+	// and enqueues none of reqs.
+	Enqueue(ctx context.Context, owner Owner, ttl time.Duration, reqs []Request) ([]Status, error)
+
+	// Heartbeat renews the deadline of each listed entry to the backend's
+	// clock plus ttl and returns its Status (one per id, in order): Held with
+	// its tokens, Waiting, or Gone when the backend no longer has it. It
+	// never re-creates a Gone entry.
+	Heartbeat(ctx context.Context, ttl time.Duration, ids []string) ([]Status, error)
+
+	// Release removes each listed entry whatever its state (a holder's slots
+	// pass on; a waiter leaves every queue) and reports what each was. Ids the
+	// backend does not have are reported Gone and change nothing.
+	Release(ctx context.Context, ids []string) (Released, error)
+
+	// Inspect returns the holders and waiters of the listed keys, or of every
+	// key that has any when keys is empty.
+	Inspect(ctx context.Context, keys []string) (*Snapshot, error)
+
+	// Subscribe arranges for hint to be called with the ids of owner's
+	// entries that another step granted; ctx bounds only the setup. Hints
+	// are best effort (a Session also polls) and may come on any goroutine.
+	// The returned function ends the subscription.
+	Subscribe(ctx context.Context, owner string, hint func(ids []string)) (unsubscribe func(), err error)
+}
+
+// State is where an entry stands in a backend.
+type State int
+
+// The states of an entry. An entry only moves forward: Waiting, Held, Gone.
+const (
+	Gone    State = iota // not in the backend: never enqueued, released or expired
+	Waiting              // queued on at least one of its keys
+	Held                 // granted every key it named
+)
+
+func (s State) String() string {
+	switch s {
+	case Waiting:
+		return "waiting"
+	case Held:
+		return "held"
+	default:
+		return "gone"
+	}
+}
+
+// Status is one entry's state as a backend step saw it.
+type Status struct {
+	ID    string
+	State State
+	// Tokens holds, for a Held entry, the fencing token of each key:
+	// strictly greater than every token issued before for that key in the
+	// backend (DESIGN.md invariant 5). Tokens start at 1.
+	Tokens map[string]uint64
+	// Positions holds, for a Waiting entry returned by Enqueue, its place in
+	// each key's queue counted from 1. Heartbeat leaves it nil.
+	Positions map[string]int
+}
+
+// Released reports what a Release step removed.
+type Released struct {
+	Was     []State  // per id, in order: Held, Waiting, or Gone (nothing removed)
+	Granted []string // entries that the step granted as a result, in grant order
+}
+
+// Snapshot is the state of some keys at one instant of the backend's clock.
+type Snapshot struct {
+	Namespace string
+	Time      time.Time  // the backend's clock when the snapshot was taken
+	Keys      []KeyState // sorted by key
+}
+
+// KeyState is one key's limit, holders and waiters.
+type KeyState struct {
+	Key     string
+	Limit   int
+	Holders []Holder // in grant order
+	Waiters []Waiter // in queue order
+}
+
+// Entry describes an enqueued request and its owner.
+type Entry struct {
+	ID       string
+	Owner    Owner
+	CallID   string
+	Tool     string
+	Tenant   string
+	Lineage  []string
+	Lanes    []Lane
+	Enqueued time.Time // backend clock
+}
+
+// Holder is an entry that holds a key.
+type Holder struct {
+	Entry
+	Token   uint64    // its fencing token for this key
+	Granted time.Time // backend clock
+	Expires time.Time // backend clock: when the lease ends unless renewed
+}
+
+// Waiter is an entry queued for a key.
+type Waiter struct {
+	Entry
+	Position int       // from 1: the head of the queue is 1
+	Expires  time.Time // backend clock: when it is evicted unless renewed
+}

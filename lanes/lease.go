@@ -1,0 +1,215 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+)
+
+// Ticket is one enqueued request of a Session: wait on it for the Lease, or
+// cancel it. A Ticket is safe for concurrent use.
+type Ticket struct {
+	s         *Session
+	e         *entry
+	positions map[string]int
+}
+
+// ID returns the entry id.
+func (t *Ticket) ID() string { return t.e.id }
+
+// Positions returns the entry's place in each key's queue when it was
+// enqueued, counted from 1; nil when it was granted at once.
+func (t *Ticket) Positions() map[string]int { return maps.Clone(t.positions) }
+
+// Ready is closed once Wait would return without blocking: the entry was
+// granted, or ended without a grant.
+func (t *Ticket) Ready() <-chan struct{} { return t.e.ready }
+
+// Wait blocks until the entry holds every lane it named, or ctx ends, or the
+// entry is lost. ctx bounds the wait only, never the lease.
+//
+// On success it returns the Lease; calling Wait again returns the same one.
+// When ctx ends first, the entry leaves every queue before Wait returns, and
+// a grant that raced the cancellation is given back (DESIGN.md invariant 7);
+// the error wraps ErrCanceled or ErrWaitTimeout, ctx's error, and when the
+// backend was unreachable, ErrUnavailable. Other errors: ErrLeaseLost (the
+// backend evicted the waiting entry), ErrUnavailable (no heartbeat reached
+// the backend within the TTL), ErrClosed.
+func (t *Ticket) Wait(ctx context.Context) (*Lease, error) {
+	e := t.e
+	select {
+	case <-e.ready:
+		return e.lease, e.err
+	default:
+	}
+	select {
+	case <-e.ready:
+		return e.lease, e.err
+	case <-ctx.Done():
+		err := t.s.waitError(ctx)
+		t.abandon(ctx, err)
+		return nil, err
+	}
+}
+
+// Cancel takes the entry out of every queue, or gives back its grant if it
+// was granted (a Lease that Wait returned ends as released). It returns the
+// release step's error, wrapping ErrUnavailable when the backend could not be
+// reached; the entry then expires within the TTL.
+func (t *Ticket) Cancel(ctx context.Context) error {
+	return t.abandon(ctx, fmt.Errorf("%w: %w", ErrCanceled, context.Canceled))
+}
+
+// abandon ends the wait with err and removes the entry from the backend.
+func (t *Ticket) abandon(ctx context.Context, err error) error {
+	s, e := t.s, t.e
+	s.mu.Lock()
+	if e.lease != nil {
+		s.mu.Unlock()
+		return e.lease.Release(ctx)
+	}
+	if e.finished {
+		s.mu.Unlock()
+		return nil
+	}
+	s.untrack(e)
+	e.err = err
+	close(e.ready)
+	s.mu.Unlock()
+	_, rerr := s.release(ctx, e.id)
+	return rerr
+}
+
+// Lease is a grant of every lane a request named. It stays held until
+// Release, or until it is lost: no heartbeat renewed it within its TTL, or
+// the backend no longer has it. The holder is told of a loss before the
+// backend could grant the slots to anyone else (DESIGN.md invariant 6): Lost
+// closes and Context is cancelled with a cause wrapping ErrLeaseLost.
+//
+// A Lease is safe for concurrent use.
+type Lease struct {
+	s      *Session
+	e      *entry
+	tokens map[string]uint64
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   chan struct{}
+
+	mu   sync.Mutex
+	err  error // why it ended; nil while held
+	once sync.Once
+	rerr error
+}
+
+func newLease(s *Session, e *entry, tokens map[string]uint64, values context.Context) *Lease {
+	ctx, cancel := context.WithCancelCause(values)
+	return &Lease{s: s, e: e, tokens: tokens, ctx: ctx, cancel: cancel, lost: make(chan struct{})}
+}
+
+// ID returns the entry id.
+func (l *Lease) ID() string { return l.e.id }
+
+// Token returns the fencing token granted for key, or 0 when the lease does
+// not hold key (or holds it unbounded, limit 0). Tokens start at 1 and
+// strictly increase per key (DESIGN.md invariant 5).
+func (l *Lease) Token(key string) uint64 { return l.tokens[key] }
+
+// Tokens returns a copy of every key's fencing token.
+func (l *Lease) Tokens() map[string]uint64 { return maps.Clone(l.tokens) }
+
+// Lost is closed when the lease is lost. It stays open after Release.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Context returns a context that carries the values of the context the lease
+// was acquired with and is cancelled when the lease ends: with a cause
+// wrapping ErrLeaseLost when lost, context.Canceled when released.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Err returns nil while the lease is held, an error wrapping ErrLeaseLost
+// once it is lost, or context.Canceled after Release. It checks the local
+// deadline itself, so it reports a loss even before the timer that closes
+// Lost has run (after the process was stopped, say).
+func (l *Lease) Err() error {
+	if l.s != nil && l.e.timer != nil {
+		l.s.mu.Lock()
+		if !l.e.finished && !time.Now().Before(l.e.deadline) {
+			l.s.lose(l.e, fmt.Errorf("%w: entry %s: its local deadline passed before a renewal", ErrLeaseLost, l.e.id))
+		}
+		l.s.mu.Unlock()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Release gives the lanes back and grants the next waiters. It runs on a
+// context detached from ctx's cancellation (ctx's values are kept), bounded
+// by the Session's release timeout, so a cancelled caller still releases.
+//
+// It returns nil when the backend held the lease; an error wrapping
+// ErrLeaseLost if the lease had been lost; ErrNotHolder if the backend no
+// longer had it; ErrUnavailable if the backend could not be reached (the
+// lease then expires within its TTL). Later calls return the first result.
+func (l *Lease) Release(ctx context.Context) error {
+	l.once.Do(func() { l.rerr = l.release(ctx) })
+	return l.rerr
+}
+
+func (l *Lease) release(ctx context.Context) error {
+	s, e := l.s, l.e
+	s.mu.Lock()
+	if err := l.errLocked(); err != nil {
+		s.mu.Unlock()
+		if errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		return nil // closed with its Session, which released it
+	}
+	inBackend := !e.finished
+	s.untrack(e)
+	s.mu.Unlock()
+	defer l.end(context.Canceled)
+	if !inBackend {
+		return nil // it took no lane
+	}
+	was, err := s.release(ctx, e.id)
+	switch {
+	case err != nil:
+		return err
+	case was == Gone:
+		return fmt.Errorf("%w: entry %s was no longer in the backend when released", ErrNotHolder, e.id)
+	}
+	return nil
+}
+
+func (l *Lease) errLocked() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// markLost ends the lease as lost.
+func (l *Lease) markLost(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = cause
+	close(l.lost)
+	l.cancel(cause)
+}
+
+// end ends the lease without a loss.
+func (l *Lease) end(cause error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	l.err = cause
+	l.cancel(cause)
+}
