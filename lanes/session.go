@@ -55,6 +55,7 @@ type entry struct {
 	lease    *Lease // set once granted
 	err      error  // set when it ended without a grant
 	finished bool   // no longer kept alive by this Session
+	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
 	ctx      context.Context
 }
 
@@ -225,6 +226,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 	}
 	for _, t := range tickets {
 		if !t.e.finished {
+			t.e.pending = true
 			s.track(t.e, sent)
 		}
 	}
@@ -238,23 +240,43 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		err = fmt.Errorf("%w: backend answered %d statuses for %d requests", ErrUnavailable, len(sts), len(send))
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
+		var sentIDs []string
 		for _, t := range tickets {
 			if !t.e.finished {
 				s.untrack(t.e)
+				sentIDs = append(sentIDs, t.e.id)
 			}
 		}
-		return nil, err
+		s.mu.Unlock()
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		// The caller gave up while the step was in flight: whatever it
+		// enqueued leaves at once rather than at the end of its TTL.
+		rctx, cancel := context.WithTimeout(values, s.releaseTimeout)
+		_, _ = s.b.Release(rctx, sentIDs)
+		cancel()
+		return nil, s.waitError(ctx)
 	}
+	defer s.mu.Unlock()
 	byID := map[string]*Ticket{}
 	for _, t := range tickets {
 		byID[t.e.id] = t
 	}
+	kick := false
 	for _, st := range sts {
 		if t := byID[st.ID]; t != nil {
+			t.e.pending = false
 			t.positions = st.Positions
 			s.apply(t.e, st, sent)
+			kick = kick || s.hinted[st.ID]
+		}
+	}
+	if kick { // a hint came before this step's answer
+		select {
+		case s.kick <- struct{}{}:
+		default:
 		}
 	}
 	return tickets, nil
@@ -413,14 +435,22 @@ func (s *Session) beat(hintedOnly bool) {
 	var ids []string
 	if hintedOnly {
 		for id := range s.hinted {
-			ids = append(ids, id)
+			if e := s.entries[id]; e != nil && !e.pending {
+				ids = append(ids, id)
+			}
 		}
 	} else {
-		for id := range s.entries {
-			ids = append(ids, id)
+		for id, e := range s.entries {
+			if !e.pending {
+				ids = append(ids, id)
+			}
 		}
 	}
-	clear(s.hinted)
+	for id := range s.hinted {
+		if e := s.entries[id]; e == nil || !e.pending {
+			delete(s.hinted, id)
+		}
+	}
 	s.mu.Unlock()
 	if len(ids) == 0 {
 		return

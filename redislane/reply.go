@@ -1,0 +1,209 @@
+package redislane
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// The parsers of script replies. A reply that does not have the documented
+// shape means a script and this package disagree (a half-upgraded fleet);
+// it is reported as ErrUnavailable, never as a panic.
+
+func malformed(what string, v any) error {
+	return fmt.Errorf("%w: malformed %s reply from Redis: %.200v", lanes.ErrUnavailable, what, v)
+}
+
+// parseStatuses reads a list of {id, state, {key, value, ...}}.
+func parseStatuses(v any, n int) ([]lanes.Status, error) {
+	list, ok := v.([]any)
+	if !ok || len(list) != n {
+		return nil, malformed("status", v)
+	}
+	out := make([]lanes.Status, n)
+	for i, item := range list {
+		f, ok := item.([]any)
+		if !ok || len(f) != 3 {
+			return nil, malformed("status", v)
+		}
+		id, _ := f[0].(string)
+		state, _ := f[1].(string)
+		detail, ok := f[2].([]any)
+		if !ok || len(detail)%2 != 0 {
+			return nil, malformed("status", v)
+		}
+		st := lanes.Status{ID: id}
+		switch state {
+		case "h":
+			st.State = lanes.Held
+			st.Tokens = make(map[string]uint64, len(detail)/2)
+			for j := 0; j < len(detail); j += 2 {
+				k, _ := detail[j].(string)
+				s, _ := detail[j+1].(string)
+				tok, err := strconv.ParseUint(s, 10, 64)
+				if err != nil {
+					return nil, malformed("token", v)
+				}
+				st.Tokens[k] = tok
+			}
+		case "w":
+			st.State = lanes.Waiting
+			if len(detail) > 0 {
+				st.Positions = make(map[string]int, len(detail)/2)
+				for j := 0; j < len(detail); j += 2 {
+					k, _ := detail[j].(string)
+					p, _ := detail[j+1].(int64)
+					st.Positions[k] = int(p)
+				}
+			}
+		case "g":
+			st.State = lanes.Gone
+		default:
+			return nil, malformed("status", v)
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+func parseState(s any) (lanes.State, bool) {
+	switch s {
+	case "h":
+		return lanes.Held, true
+	case "w":
+		return lanes.Waiting, true
+	case "g":
+		return lanes.Gone, true
+	}
+	return lanes.Gone, false
+}
+
+// parseReleased reads {{state per id}, {granted ids}}.
+func parseReleased(v any, n int) (lanes.Released, error) {
+	f, ok := v.([]any)
+	if !ok || len(f) != 2 {
+		return lanes.Released{}, malformed("release", v)
+	}
+	was, ok1 := f[0].([]any)
+	granted, ok2 := f[1].([]any)
+	if !ok1 || !ok2 || len(was) != n {
+		return lanes.Released{}, malformed("release", v)
+	}
+	r := lanes.Released{Was: make([]lanes.State, n)}
+	for i, s := range was {
+		st, ok := parseState(s)
+		if !ok {
+			return lanes.Released{}, malformed("release", v)
+		}
+		r.Was[i] = st
+	}
+	for _, g := range granted {
+		id, ok := g.(string)
+		if !ok {
+			return lanes.Released{}, malformed("release", v)
+		}
+		r.Granted = append(r.Granted, id)
+	}
+	return r, nil
+}
+
+// record is an entry as lib.lua stores it.
+type record struct {
+	ID       string            `json:"id"`
+	Owner    string            `json:"o"`
+	Host     string            `json:"h"`
+	PID      int               `json:"p"`
+	CallID   string            `json:"c"`
+	Tool     string            `json:"t"`
+	Tenant   string            `json:"n"`
+	Lineage  []string          `json:"l"`
+	Lanes    [][2]any          `json:"k"`
+	Enqueued int64             `json:"e"`
+	Granted  int64             `json:"g"`
+	Tokens   map[string]string `json:"x"`
+}
+
+func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
+
+func (r *record) entry() lanes.Entry {
+	e := lanes.Entry{
+		ID: r.ID, Owner: lanes.Owner{ID: r.Owner, Host: r.Host, PID: r.PID},
+		CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant, Lineage: r.Lineage,
+		Enqueued: msTime(r.Enqueued),
+	}
+	for _, kl := range r.Lanes {
+		k, _ := kl[0].(string)
+		l, _ := kl[1].(float64)
+		e.Lanes = append(e.Lanes, lanes.Lane{Key: k, Limit: int(l)})
+	}
+	return e
+}
+
+// parseSnapshot reads {now, {{key, limit, holders, waiters}, ...}}.
+func parseSnapshot(v any) (*lanes.Snapshot, error) {
+	f, ok := v.([]any)
+	if !ok || len(f) != 2 {
+		return nil, malformed("inspect", v)
+	}
+	now, ok1 := f[0].(int64)
+	keys, ok2 := f[1].([]any)
+	if !ok1 || !ok2 {
+		return nil, malformed("inspect", v)
+	}
+	snap := &lanes.Snapshot{Time: msTime(now)}
+	for _, kv := range keys {
+		kf, ok := kv.([]any)
+		if !ok || len(kf) != 4 {
+			return nil, malformed("inspect", v)
+		}
+		key, _ := kf[0].(string)
+		limit, _ := kf[1].(int64)
+		hs, ok1 := kf[2].([]any)
+		ws, ok2 := kf[3].([]any)
+		if !ok1 || !ok2 {
+			return nil, malformed("inspect", v)
+		}
+		ks := lanes.KeyState{Key: key, Limit: int(limit)}
+		for _, h := range hs {
+			rec, deadline, err := parsePair(h)
+			if err != nil {
+				return nil, err
+			}
+			tok, _ := strconv.ParseUint(rec.Tokens[key], 10, 64)
+			ks.Holders = append(ks.Holders, lanes.Holder{Entry: rec.entry(), Token: tok, Granted: msTime(rec.Granted), Expires: deadline})
+		}
+		sort.Slice(ks.Holders, func(i, j int) bool { return ks.Holders[i].Token < ks.Holders[j].Token })
+		for i, w := range ws {
+			rec, deadline, err := parsePair(w)
+			if err != nil {
+				return nil, err
+			}
+			ks.Waiters = append(ks.Waiters, lanes.Waiter{Entry: rec.entry(), Position: i + 1, Expires: deadline})
+		}
+		snap.Keys = append(snap.Keys, ks)
+	}
+	return snap, nil
+}
+
+// parsePair reads {entry JSON, deadline}.
+func parsePair(v any) (*record, time.Time, error) {
+	f, ok := v.([]any)
+	if !ok || len(f) != 2 {
+		return nil, time.Time{}, malformed("inspect entry", v)
+	}
+	raw, _ := f[0].(string)
+	var rec record
+	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
+		return nil, time.Time{}, malformed("inspect entry", v)
+	}
+	dl, _ := f[1].(string)
+	d, err := strconv.ParseFloat(dl, 64)
+	if err != nil {
+		return nil, time.Time{}, malformed("inspect deadline", v)
+	}
+	return &rec, msTime(int64(d)), nil
+}

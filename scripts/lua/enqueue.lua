@@ -1,0 +1,66 @@
+-- enqueue.lua: place a batch of requests in their lanes' queues, in order,
+-- in one atomic step, and grant those that are eligible.
+--
+-- KEYS: the seven of lib.lua.
+-- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id, [4] host,
+--       [5] pid, [6] requests as a JSON list of
+--       {"id": entry id, "k": [[key, limit], ...], "c": call id,
+--        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty).
+-- Reply: one status per request, in order: {id, "h", {key, token, ...}}
+--        or {id, "w", {key, position from 1, ...}}. An id that exists
+--        already keeps its place and state, renews its deadline, and
+--        passes to this owner.
+-- Errors: LANES_BADARG <what>; LANES_LIMIT <recorded> <requested> <key>
+--        when a key's recorded limit differs; then nothing is enqueued.
+
+local ttl, pid = tonumber(ARGV[2]), tonumber(ARGV[5])
+if not ttl or ttl <= 0 or not pid then
+  return redis.error_reply('LANES_BADARG TTL and pid must be numbers')
+end
+local owner, host = ARGV[3], ARGV[4]
+local reqs = cjson.decode(ARGV[6])
+
+reap()
+
+-- Check every limit before changing anything (DESIGN.md invariant 9).
+local batch = {}
+for _, r in ipairs(reqs) do
+  if redis.call('HEXISTS', K_ENTRIES, r.id) == 0 then
+    for _, kl in ipairs(r.k) do
+      local key, limit = kl[1], kl[2]
+      local rec = batch[key]
+      if not rec then
+        local v = redis.call('HGET', K_LIMITS, key)
+        if v then rec = tonumber(v) end
+      end
+      if rec and rec ~= limit then
+        finish()
+        return redis.error_reply(string.format('LANES_LIMIT %d %d %s', rec, limit, key))
+      end
+      batch[key] = limit
+    end
+  end
+end
+
+local out = {}
+for i, r in ipairs(reqs) do
+  local e = load(r.id)
+  if e then
+    e.o, e.h, e.p = owner, host, pid
+    store(e)
+  else
+    local seq = redis.call('INCR', K_SEQ)
+    e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
+         l = r.l, k = r.k, s = 'w', q = seq, e = NOW}
+    for _, kl in ipairs(r.k) do
+      redis.call('HSET', K_LIMITS, kl[1], kl[2])
+      redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], seq, r.id))
+    end
+    if eligible(e) then grant(e, false) else store(e) end
+  end
+  redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+  out[i] = status(e, true)
+end
+
+finish()
+return out

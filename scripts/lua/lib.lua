@@ -1,0 +1,176 @@
+-- lib.lua: helpers shared by enqueue.lua, heartbeat.lua, release.lua and
+-- inspect.lua; package lua puts this file in front of each of them.
+--
+-- KEYS (the same seven, in this order, for every lanes script; all share
+-- the namespace's hash tag, e.g. lanes:{ns}:entries):
+--   1 entries    hash: entry id -> entry record (JSON, fields below)
+--   2 queue      sorted set, all scores 0: every lane's FIFO queue at once;
+--                member = key .. "\0" .. seq (16 zero-padded digits) .. "\0" .. id
+--   3 holds      sorted set, all scores 0: member = key .. "\0" .. id
+--   4 limits     hash: key -> limit, kept while the key has holders or waiters
+--   5 deadlines  sorted set: entry id scored by its deadline (ms, Redis TIME)
+--   6 tokens     hash: key -> last fencing token issued; never deleted
+--   7 seq        string: the last sequence number; never deleted
+-- ARGV[1] is always the prefix of the grant-hint channels; the owner id
+-- is appended to it.
+--
+-- Entry record: {id, o = owner id, h = host, p = pid, c = call id,
+-- t = tool, n = tenant, l = lineage (list of ids, absent when empty),
+-- k = lanes (list of {key, limit}), s = "w" (waiting) or "h" (held),
+-- q = sequence number, e = enqueued (ms), g = granted (ms),
+-- x = tokens ({key = "decimal token"}, once held)}.
+
+if #KEYS ~= 7 then
+  return redis.error_reply('LANES_BADARG expected 7 keys, got ' .. #KEYS)
+end
+local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local WAKE = ARGV[1]
+local REAP_MAX = 100 -- expired entries removed by one step, at most
+
+local NOW
+do
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function qmember(key, seq, id)
+  return key .. '\0' .. string.format('%016.0f', seq) .. '\0' .. id
+end
+local function lo(key) return '[' .. key .. '\0' end
+local function hi(key) return '(' .. key .. '\1' end
+
+local function load(id)
+  local raw = redis.call('HGET', K_ENTRIES, id)
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
+local function store(e)
+  redis.call('HSET', K_ENTRIES, e.id, cjson.encode(e))
+end
+
+-- entries granted by this step that someone else must be told about
+local granted = {}
+
+-- eligible: on every key of the waiting entry e, its holders plus the
+-- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
+local function eligible(e)
+  for _, kl in ipairs(e.k) do
+    local key, limit = kl[1], kl[2]
+    local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+    local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
+    if held + ahead >= limit then return false end
+  end
+  return true
+end
+
+-- grant moves e from every queue to the holders and mints one token per key.
+local function grant(e, hint)
+  local tokens = {}
+  for _, kl in ipairs(e.k) do
+    local key = kl[1]
+    redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+    redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
+    tokens[key] = string.format('%.0f', redis.call('HINCRBY', K_TOKENS, key, 1))
+  end
+  e.s, e.g, e.x = 'h', NOW, tokens
+  store(e)
+  if hint then granted[#granted + 1] = e end
+end
+
+-- remove takes e out of the namespace and notes its keys in touched.
+local function remove(e, touched)
+  for _, kl in ipairs(e.k) do
+    local key = kl[1]
+    if e.s == 'h' then
+      redis.call('ZREM', K_HOLDS, key .. '\0' .. e.id)
+    else
+      redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+    end
+    touched[key] = kl[2]
+  end
+  redis.call('HDEL', K_ENTRIES, e.id)
+  redis.call('ZREM', K_DEADLINES, e.id)
+end
+
+-- scan grants, on each touched key, the waiters that became eligible, and
+-- forgets the limit of keys left with neither holders nor waiters. Only the
+-- first (limit - holders) waiters of a key can be eligible on it, and a
+-- grant frees nothing, so one pass per key is enough.
+local function scan(touched)
+  local keys = {}
+  for key in pairs(touched) do keys[#keys + 1] = key end
+  table.sort(keys)
+  for _, key in ipairs(keys) do
+    local room = touched[key] - redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+    if room > 0 then
+      local members = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, room)
+      for _, m in ipairs(members) do
+        local e = load(string.sub(m, #key + 19))
+        if e and eligible(e) then grant(e, true) end
+      end
+    end
+    if redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
+      and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0 then
+      redis.call('HDEL', K_LIMITS, key)
+    end
+  end
+end
+
+-- reap removes entries whose deadline passed, holders and waiters alike,
+-- and grants what that frees.
+local function reap()
+  local touched = {}
+  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', NOW, 'LIMIT', 0, REAP_MAX)
+  for _, id in ipairs(ids) do
+    local e = load(id)
+    if e then remove(e, touched) else redis.call('ZREM', K_DEADLINES, id) end
+  end
+  scan(touched)
+end
+
+-- status is what a step tells the caller about e: {id, "h", {key, token, ...}}
+-- or {id, "w", {key, position, ...}} (positions only when asked).
+local function status(e, positions)
+  local detail = {}
+  if e.s == 'h' then
+    for _, kl in ipairs(e.k) do
+      detail[#detail + 1] = kl[1]
+      detail[#detail + 1] = e.x[kl[1]]
+    end
+    return {e.id, 'h', detail}
+  end
+  if positions then
+    for _, kl in ipairs(e.k) do
+      detail[#detail + 1] = kl[1]
+      detail[#detail + 1] = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
+    end
+  end
+  return {e.id, 'w', detail}
+end
+
+-- finish publishes one grant hint per owner (a space-separated list of its
+-- granted entry ids) and sets the safety-net TTL: state keys outlive the
+-- latest deadline by a minute, so a namespace whose every process died is
+-- cleaned up even if nobody calls again. Tokens and seq never expire.
+local function finish()
+  local by, order = {}, {}
+  for _, e in ipairs(granted) do
+    if not by[e.o] then
+      by[e.o] = {}
+      order[#order + 1] = e.o
+    end
+    table.insert(by[e.o], e.id)
+  end
+  for _, o in ipairs(order) do
+    redis.call('PUBLISH', WAKE .. o, table.concat(by[o], ' '))
+  end
+  local last = redis.call('ZRANGE', K_DEADLINES, -1, -1, 'WITHSCORES')
+  if #last == 2 then
+    local ms = math.max(tonumber(last[2]) - NOW, 0) + 60000
+    for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES}) do
+      redis.call('PEXPIRE', k, ms)
+    end
+  end
+end
