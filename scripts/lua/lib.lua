@@ -107,8 +107,12 @@ local function scan(touched)
     if room > 0 then
       local members = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, room)
       for _, m in ipairs(members) do
-        local e = load(string.sub(m, #key + 19))
-        if e and eligible(e) then grant(e, true) end
+        local id = string.sub(m, #key + 19)
+        local e = load(id)
+        -- An expired entry that this step did not reap (more than REAP_MAX
+        -- were due) is never granted; a later step removes it.
+        local dl = redis.call('ZSCORE', K_DEADLINES, id)
+        if e and dl and tonumber(dl) > NOW and eligible(e) then grant(e, true) end
       end
     end
     if redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
