@@ -1,0 +1,298 @@
+package sched
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// DefaultMaxConcurrentTools bounds the turn lane when a Runner leaves
+// MaxConcurrentTools at 0.
+const DefaultMaxConcurrentTools = 10
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("sched: invalid configuration")
+
+// Concurrency is a tool's limit, as RFD 129 defines it: every execution of
+// every tool naming the same key counts against one limit. The TOML forms
+// map onto it so: unset or 0 is the zero value (unbounded); N is {"", N} (the
+// tool's own name as key); {key, limit} is {key, limit}; {key} is {key, 1}.
+type Concurrency struct {
+	Key   string // the concurrency key; empty means the tool's own name
+	Limit int    // executions at once; 0 means unbounded
+}
+
+// key returns the concurrency key of tool name, or "" when unbounded.
+func (c Concurrency) key(name string) string {
+	switch {
+	case c.Limit == 0:
+		return ""
+	case c.Key == "":
+		return name
+	default:
+		return c.Key
+	}
+}
+
+// OnError says what a fanned-out call does when one of its operations fails.
+type OnError int
+
+const (
+	// Continue starts the later operations anyway (the default).
+	Continue OnError = iota
+	// Stop starts no further operation of the call after one failed
+	// (DESIGN.md section 5, rule 9). It needs a concurrency limit of at
+	// least 1: unbounded operations all start at once.
+	Stop
+)
+
+// FanOut makes a tool's calls fan out: arguments that are a JSON array run as
+// one operation per element, each its own entry in written order.
+type FanOut struct {
+	OnError OnError
+}
+
+// Policy says what a tool failure does to its batch (DESIGN.md section 5,
+// rule 8).
+type Policy int
+
+const (
+	// Surface reports the failure against its call and lets the siblings go
+	// on (the default).
+	Surface Policy = iota
+	// FailRun ends the batch: queued calls end never dispatched, in-flight
+	// calls are cancelled.
+	FailRun
+)
+
+func (p Policy) String() string {
+	if p == FailRun {
+		return "fail_run"
+	}
+	return "surface"
+}
+
+// SafeFunc reports whether a call with these arguments may run beside the
+// other safe calls of its phase. An error means unsafe.
+type SafeFunc func(args json.RawMessage) (bool, error)
+
+// Always returns a SafeFunc that answers safe for every call.
+func Always(safe bool) SafeFunc {
+	return func(json.RawMessage) (bool, error) { return safe, nil }
+}
+
+// LockKeysFunc names what a call changes: lock keys (each a lane of limit 1)
+// computed from its arguments, such as FileKey of the path it writes. An
+// error fails the call with "could not tell what the call changes".
+type LockKeysFunc func(ctx context.Context, args json.RawMessage) ([]string, error)
+
+// Body runs one execution of a tool: a call, or one operation of a
+// fanned-out call. Its context ends when the tool's timeout passes, when the
+// batch is cancelled or fails, or when a lane is lost; the body should
+// return soon after, as its lanes stay held until it does.
+type Body func(ctx context.Context, inv Invocation) (string, error)
+
+// Invocation is what a Body gets about its execution.
+type Invocation struct {
+	CallID    string
+	Tool      string
+	Args      json.RawMessage // the call's arguments, or this operation's
+	Operation int             // index of the operation in a fanned-out call, else 0
+	Tenant    string
+	Entry     string            // the lanes entry id
+	Tokens    map[string]uint64 // fencing token per lane key held (tenant:, tool:, concurrency:, lock:)
+}
+
+// Tool declares one tool of a Config.
+type Tool struct {
+	Concurrency Concurrency
+	// Safe decides whether a call may share its phase with other safe calls.
+	// Nil falls back to ReadOnlyHint (the MCP annotation); a tool that
+	// declares neither is unsafe.
+	Safe         SafeFunc
+	ReadOnlyHint bool
+	LockKeys     LockKeysFunc
+	// Idempotent tools are reported "safe to call again" when cancelled in
+	// flight; others "indeterminate".
+	Idempotent bool
+	// Timeout bounds one execution, counted from when its body starts, never
+	// the wait before; 0 means none.
+	Timeout time.Duration
+	FanOut  *FanOut
+	// Disabled tools are validated (their limits count) but not run.
+	Disabled bool
+	Run      Body
+}
+
+// Runner holds the settings of the runner: the turn, tool and tenant lanes,
+// whether calls run in parallel, and the failure policy.
+type Runner struct {
+	// MaxConcurrentTools bounds the turn lane: executions of one batch at
+	// once. 0 means DefaultMaxConcurrentTools.
+	MaxConcurrentTools int
+	// PerTool bounds each named tool across every run sharing the lanes.
+	PerTool map[string]int
+	// PerTenant bounds one tenant across all its runs; 0 is unbounded.
+	PerTenant int
+	// ParallelToolCalls lets consecutive safe calls run together. Off, one
+	// call runs at a time, in order.
+	ParallelToolCalls bool
+	OnToolError       Policy
+}
+
+// DefaultRunner is the Runner a TOML configuration starts from: parallel
+// calls, a turn lane of DefaultMaxConcurrentTools, failures surfaced.
+func DefaultRunner() Runner {
+	return Runner{MaxConcurrentTools: DefaultMaxConcurrentTools, ParallelToolCalls: true}
+}
+
+func (r Runner) turn() int {
+	if r.MaxConcurrentTools <= 0 {
+		return DefaultMaxConcurrentTools
+	}
+	return r.MaxConcurrentTools
+}
+
+// NarrowedTo returns r narrowed by o, as an agent narrows its runner: the
+// smaller of each limit (where 0 means unbounded for PerTool and PerTenant),
+// parallel calls only if both allow them, and FailRun if either asks for it.
+// It never widens r.
+func (r Runner) NarrowedTo(o Runner) Runner {
+	out := Runner{
+		MaxConcurrentTools: min(r.turn(), o.turn()),
+		PerTenant:          minBound(r.PerTenant, o.PerTenant),
+		ParallelToolCalls:  r.ParallelToolCalls && o.ParallelToolCalls,
+		OnToolError:        max(r.OnToolError, o.OnToolError),
+	}
+	if len(r.PerTool)+len(o.PerTool) > 0 {
+		out.PerTool = map[string]int{}
+		for k, v := range r.PerTool {
+			out.PerTool[k] = v
+		}
+		for k, v := range o.PerTool {
+			out.PerTool[k] = minBound(out.PerTool[k], v)
+		}
+	}
+	return out
+}
+
+// minBound is the smaller of two limits where 0 means unbounded.
+func minBound(a, b int) int {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	default:
+		return min(a, b)
+	}
+}
+
+// Config is the runner's settings and its tools, by the name the model calls
+// them.
+type Config struct {
+	Runner Runner
+	Tools  map[string]Tool
+}
+
+// Validate checks c and names the tools involved in each problem: one limit
+// per concurrency key across every declared tool, enabled or not (RFD 129);
+// fan_out.on_error = "stop" only with a limit of at least 1; no negative
+// limit or timeout; a body for every enabled tool. The error wraps ErrConfig
+// and lists every problem on one line, separated by semicolons.
+func (c Config) Validate() error {
+	var problems []string
+	add := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
+
+	names := make([]string, 0, len(c.Tools))
+	for n := range c.Tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+
+	type claim struct {
+		tool  string
+		limit int
+	}
+	claims := map[string][]claim{}
+	for _, n := range names {
+		t := c.Tools[n]
+		if err := lanes.ValidateKey("tool:" + n); err != nil || strings.ContainsAny(n, " \t") {
+			add("tool name %q must be printable and without spaces", n)
+			continue
+		}
+		switch {
+		case t.Concurrency.Limit < 0:
+			add("tool %s: concurrency limit %d is negative", n, t.Concurrency.Limit)
+		case t.Concurrency.Limit > lanes.MaxLimit:
+			add("tool %s: concurrency limit %d is above %d", n, t.Concurrency.Limit, lanes.MaxLimit)
+		}
+		if k := t.Concurrency.key(n); k != "" {
+			if err := lanes.ValidateKey("concurrency:" + k); err != nil {
+				add("tool %s: concurrency key %q: %v", n, k, err)
+			}
+			claims[k] = append(claims[k], claim{n, t.Concurrency.Limit})
+		} else if t.Concurrency.Key != "" {
+			// {key = "x", limit = 0}: accepted, limits nothing, and still
+			// must agree with the other tools naming x.
+			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim{n, 0})
+		}
+		if t.Timeout < 0 {
+			add("tool %s: timeout %v is negative", n, t.Timeout)
+		}
+		if t.FanOut != nil && t.FanOut.OnError == Stop && t.Concurrency.Limit < 1 {
+			add("tool %s: fan_out.on_error = \"stop\" needs a concurrency limit of at least 1 (unbounded operations all start at once)", n)
+		}
+		if !t.Disabled && t.Run == nil {
+			add("tool %s: no command or body to run", n)
+		}
+	}
+	keys := make([]string, 0, len(claims))
+	for k := range claims {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		cs := claims[k]
+		for _, c := range cs[1:] {
+			if c.limit != cs[0].limit {
+				var desc []string
+				for _, c := range cs {
+					desc = append(desc, fmt.Sprintf("%s says %d", c.tool, c.limit))
+				}
+				add("concurrency key %q has different limits: %s", k, strings.Join(desc, ", "))
+				break
+			}
+		}
+	}
+	r := c.Runner
+	if r.MaxConcurrentTools < 0 {
+		add("runner: max_concurrent_tools %d is negative", r.MaxConcurrentTools)
+	}
+	if r.PerTenant < 0 {
+		add("runner: per_tenant %d is negative", r.PerTenant)
+	}
+	tools := make([]string, 0, len(r.PerTool))
+	for n := range r.PerTool {
+		tools = append(tools, n)
+	}
+	sort.Strings(tools)
+	for _, n := range tools {
+		if r.PerTool[n] < 0 {
+			add("runner: per_tool.%s = %d is negative", n, r.PerTool[n])
+		}
+		if _, ok := c.Tools[n]; !ok {
+			add("runner: per_tool names %s, which is not a declared tool", n)
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrConfig, strings.Join(problems, "; "))
+	}
+	return nil
+}

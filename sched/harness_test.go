@@ -1,0 +1,265 @@
+package sched_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+	"github.com/lanes-dev/lanes/sched"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// backend is one place the lanes can live.
+type backend struct {
+	name string
+	new  func(t *testing.T) lanes.Backend
+}
+
+func redisURL() string {
+	for _, v := range []string{"LANES_REDIS_URL", "REDIS_URL"} {
+		if u := os.Getenv(v); u != "" {
+			return u
+		}
+	}
+	return "redis://127.0.0.1:6379"
+}
+
+func redisBackend(t *testing.T, c *redis.Client) lanes.Backend {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	be, err := redislane.New(c, "sched-"+hex.EncodeToString(b[:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		be.Close()
+		c.Del(context.Background(), be.Keys()...)
+		c.Close()
+	})
+	return be
+}
+
+// backends are the three the scheduler's rules are checked on: in memory,
+// miniredis, and the real Redis server (skipped, visibly, when none answers).
+var backends = []backend{
+	{"memory", func(t *testing.T) lanes.Backend { return lanes.NewMemory() }},
+	{"miniredis", func(t *testing.T) lanes.Backend {
+		m := miniredis.RunT(t)
+		return redisBackend(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
+	}},
+	{"redis", func(t *testing.T) lanes.Backend {
+		opt, err := redis.ParseURL(redisURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(opt)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := c.Ping(ctx).Err(); err != nil {
+			c.Close()
+			t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL", redisURL(), err)
+		}
+		return redisBackend(t, c)
+	}},
+}
+
+// env is one test's scheduler, on one backend.
+type env struct {
+	t       *testing.T
+	backend lanes.Backend
+	session *lanes.Session
+	probe   *probe
+}
+
+// eachBackend runs fn once per backend, as subtests.
+func eachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			be := b.new(t)
+			s, err := lanes.NewSession(context.Background(), be, lanes.WithTTL(30*time.Second), lanes.WithHeartbeat(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			fn(t, &env{t: t, backend: be, session: s, probe: newProbe()})
+		})
+	}
+}
+
+// scheduler returns a Scheduler for cfg on the env's session; the test
+// waits for its stragglers at the end.
+func (e *env) scheduler(cfg sched.Config) *sched.Scheduler {
+	e.t.Helper()
+	s, err := sched.New(cfg, e.session)
+	if err != nil {
+		e.t.Fatalf("sched.New() = %v", err)
+	}
+	e.t.Cleanup(s.Wait)
+	return s
+}
+
+func (e *env) run(s *sched.Scheduler, calls []sched.Call, o sched.Options) *sched.Result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.Run(ctx, calls, o)
+	if err != nil {
+		e.t.Fatalf("Run() = %v", err)
+	}
+	return res
+}
+
+// inspect returns the holders and waiters of a lane key.
+func (e *env) inspect(key string) (holders, waiters []string) {
+	e.t.Helper()
+	snap, err := e.backend.Inspect(context.Background(), []string{key})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, ks := range snap.Keys {
+		for _, h := range ks.Holders {
+			holders = append(holders, h.CallID)
+		}
+		for _, w := range ks.Waiters {
+			waiters = append(waiters, w.CallID)
+		}
+	}
+	return holders, waiters
+}
+
+// probe records what bodies do: when each starts and ends, in one global
+// order, and how many run at once.
+type probe struct {
+	mu      sync.Mutex
+	log     []string // "start ID" and "end ID", in order
+	running map[string]bool
+	most    int
+	gates   map[string]chan struct{} // bodies that wait for the test
+	started map[string]chan struct{}
+}
+
+func newProbe() *probe {
+	return &probe{running: map[string]bool{}, gates: map[string]chan struct{}{}, started: map[string]chan struct{}{}}
+}
+
+// gate makes the body of call id wait until open(id); started(id) closes
+// when it begins.
+func (p *probe) gate(ids ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range ids {
+		p.gates[id] = make(chan struct{})
+		p.started[id] = make(chan struct{})
+	}
+}
+
+func (p *probe) open(id string) { close(p.gates[id]) }
+
+func (p *probe) waitStarted(t *testing.T, id string) {
+	t.Helper()
+	select {
+	case <-p.started[id]:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("call %s never started", id)
+	}
+}
+
+// body returns a Body that records itself, waits at its gate if any, and
+// then returns out (or fails when args has "fail": true).
+func (p *probe) body() sched.Body {
+	return func(ctx context.Context, inv sched.Invocation) (string, error) {
+		id := opName(inv)
+		p.mu.Lock()
+		p.log = append(p.log, "start "+id)
+		p.running[id] = true
+		p.most = max(p.most, len(p.running))
+		gate, started := p.gates[id], p.started[id]
+		p.mu.Unlock()
+		if started != nil {
+			close(started)
+		}
+		var err error
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				err = context.Cause(ctx)
+			}
+		}
+		p.mu.Lock()
+		p.log = append(p.log, "end "+id)
+		delete(p.running, id)
+		p.mu.Unlock()
+		if err != nil {
+			return "", err
+		}
+		var a struct {
+			Fail bool `json:"fail"`
+		}
+		_ = json.Unmarshal(inv.Args, &a)
+		if a.Fail {
+			return "", &toolError{id}
+		}
+		return "done " + id, nil
+	}
+}
+
+type toolError struct{ id string }
+
+func (e *toolError) Error() string { return "tool failed on " + e.id }
+
+// opName is the name a body records: the "op" argument of an operation,
+// else the call id.
+func opName(inv sched.Invocation) string {
+	var m map[string]any
+	_ = json.Unmarshal(inv.Args, &m)
+	if s, ok := m["op"].(string); ok {
+		return s
+	}
+	return inv.CallID
+}
+
+// index returns where line is in the log, or -1.
+func (p *probe) index(line string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, l := range p.log {
+		if l == line {
+			return i
+		}
+	}
+	return -1
+}
+
+func (p *probe) snapshot() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.log...)
+}
+
+// calls builds calls from specs "id:tool" or "id:tool:args".
+func calls(specs ...string) []sched.Call {
+	var out []sched.Call
+	for _, s := range specs {
+		parts := strings.SplitN(s, ":", 3)
+		c := sched.Call{ID: parts[0], Tool: parts[1], Args: json.RawMessage(`{}`)}
+		if len(parts) == 3 {
+			c.Args = json.RawMessage(parts[2])
+		}
+		out = append(out, c)
+	}
+	return out
+}

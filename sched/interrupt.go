@@ -1,0 +1,125 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// errStopped ends the wait of a call whose batch or call stopped as it was
+// granted.
+var errStopped = errors.New("stopped before it started")
+
+// errToolTimeout is the cause of a body's context when its tool's timeout
+// passes.
+var errToolTimeout = errors.New("tool timeout")
+
+// ErrNoAsker is returned by Ask when the run has no Options.Ask.
+var ErrNoAsker = errors.New("sched: no one to ask: the run has no Ask option")
+
+// InterruptError is what a tool body returns to ask a person and pause the
+// batch (DESIGN.md section 5, rule 10). Make one with Interrupt.
+type InterruptError struct{ Question string }
+
+func (e *InterruptError) Error() string { return "interrupted to ask: " + e.Question }
+
+// Interrupt returns the error a tool body returns to pause its batch with a
+// question: running calls finish, no other call starts, and Run returns a
+// Checkpoint. Resume runs this call again, where Answer returns the reply,
+// then the rest in written order.
+func Interrupt(question string) error { return &InterruptError{Question: question} }
+
+type invocationKey struct{}
+
+type invocation struct {
+	r *run
+	j job
+}
+
+// Ask puts a question to a person from inside a tool body and waits for the
+// answer. The call keeps its lanes meanwhile: it may have done part of its
+// work, and another call slipping in would see half of it (rule 5). It
+// returns ErrNoAsker when the run has no Ask option, and an error outside a
+// tool body.
+func Ask(ctx context.Context, question string) (string, error) {
+	inv, ok := ctx.Value(invocationKey{}).(*invocation)
+	if !ok {
+		return "", errors.New("sched: Ask outside a tool body")
+	}
+	if inv.r.o.Ask == nil {
+		return "", ErrNoAsker
+	}
+	inv.r.askMu.Lock()
+	defer inv.r.askMu.Unlock()
+	return inv.r.o.Ask(ctx, inv.r.calls[inv.j.call], question)
+}
+
+// Answer returns, inside the body of the call that interrupted its batch and
+// is now resumed, the answer given to Resume.
+func Answer(ctx context.Context) (string, bool) {
+	inv, ok := ctx.Value(invocationKey{}).(*invocation)
+	if !ok || inv.r.resumed == nil || inv.r.resumed.CallID != inv.r.calls[inv.j.call].ID {
+		return "", false
+	}
+	return inv.r.answer, true
+}
+
+// Checkpoint is a paused batch: the calls, the outcomes of those that ran,
+// the question, and the settings to resume with (rule 10).
+type Checkpoint struct {
+	RunID    string
+	Runner   Runner
+	Calls    []Call
+	Outcomes []Outcome // per call; an empty Status for a call still to run
+	CallID   string    // the call that asked
+	Question string
+}
+
+// toRun reports whether call i of the checkpoint still has to run: its
+// Status is empty, or Interrupted for a fanned-out call whose Operations
+// with an empty Status are still to run.
+func (cp *Checkpoint) toRun(i int) bool {
+	s := cp.Outcomes[i].Status
+	return s == "" || s == Interrupted
+}
+
+func (r *run) checkpoint() *Checkpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cp := &Checkpoint{
+		RunID: r.o.RunID, Runner: r.runner, Calls: slices.Clone(r.calls),
+		Outcomes: slices.Clone(r.outcomes), CallID: r.asker, Question: r.question,
+	}
+	for i, st := range r.state {
+		if len(st.pending) == 0 {
+			continue
+		}
+		if st.fanned {
+			o := Outcome{CallID: r.calls[i].ID, Tool: r.calls[i].Tool, Status: Interrupted}
+			for _, res := range st.results {
+				if res != nil && res.Status != Interrupted {
+					o.Operations = append(o.Operations, *res)
+				} else {
+					o.Operations = append(o.Operations, Outcome{})
+				}
+			}
+			cp.Outcomes[i] = o
+		} else {
+			cp.Outcomes[i] = Outcome{}
+		}
+	}
+	return cp
+}
+
+// Resume runs the rest of a paused batch in written order with the
+// checkpoint's settings, the interrupting call first in line with answer
+// (see Answer). The Result has every call's outcome, those of the first run
+// included.
+func (s *Scheduler) Resume(ctx context.Context, cp *Checkpoint, answer string, o Options) (*Result, error) {
+	if cp == nil || len(cp.Outcomes) != len(cp.Calls) {
+		return nil, fmt.Errorf("%w: not a checkpoint of this scheduler", ErrConfig)
+	}
+	r := s.newRun(ctx, cp.Calls, o, cp, answer)
+	return r.run(ctx)
+}
