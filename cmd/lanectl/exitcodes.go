@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// The exit statuses of lanectl: the one table. exitCode maps every error a
+// command returns to one of them. The codes from 64 on follow sysexits.h
+// where one fits; none of them collides with another. `lanectl lock` exits
+// with its command's own status, which may be any of these: a script that
+// needs to tell them apart runs a command that avoids them.
+const (
+	exitOK = 0 // success; for `lock`, the command's own status
+
+	// exitNotFound: `release --force` named an entry the backend did not
+	// have (it printed what it did release).
+	exitNotFound = 1
+
+	// exitUsage (EX_USAGE): a bad flag or argument, a malformed --redis URL,
+	// a bad namespace, a missing `--`, a request that lanes rejects as
+	// invalid (lanes.ErrInvalid), or a --limit other than the one the key
+	// is held with (lanes.ErrLimitMismatch).
+	exitUsage = 64
+
+	// exitUnavailable (EX_UNAVAILABLE): Redis cannot be reached
+	// (lanes.ErrUnavailable).
+	exitUnavailable = 69
+
+	// exitInternal (EX_SOFTWARE): anything else; a bug in lanectl or lanes.
+	exitInternal = 70
+
+	// exitWaitTimeout (EX_TEMPFAIL): `lock --wait` ran out before the grant
+	// (lanes.ErrWaitTimeout). Nothing is left queued.
+	exitWaitTimeout = 75
+
+	// exitLeaseLost: the lease was lost while the command ran; the command
+	// was sent SIGTERM (lanes.ErrLeaseLost). Outside sysexits on purpose.
+	exitLeaseLost = 79
+
+	// exitCannotRun: the command was found but could not be executed.
+	exitCannotRun = 126
+
+	// exitCommandNotFound: the command was not found.
+	exitCommandNotFound = 127
+
+	// exitSignal plus N: the command was killed by signal N, or lanectl was
+	// interrupted by signal N while it waited (130 SIGINT, 143 SIGTERM).
+	exitSignal = 128
+)
+
+// exitCode returns the exit status for err, the result of a command.
+func exitCode(err error) int {
+	var (
+		usage *usageError
+		exit  *exitError
+		intr  *interruptError
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &exit):
+		return exit.code
+	case errors.As(err, &intr):
+		return exitSignal + int(intr.sig)
+	case errors.As(err, &usage),
+		errors.Is(err, lanes.ErrInvalid),
+		errors.Is(err, lanes.ErrLimitMismatch):
+		return exitUsage
+	case errors.Is(err, lanes.ErrUnavailable):
+		return exitUnavailable
+	case errors.Is(err, lanes.ErrWaitTimeout):
+		return exitWaitTimeout
+	case errors.Is(err, lanes.ErrLeaseLost):
+		return exitLeaseLost
+	default:
+		return exitInternal
+	}
+}
+
+// usageError is a mistake in the command line. showUsage asks for the
+// command's usage to be printed before the one-line error: for mistakes
+// cobra finds (an unknown flag or command), not for a bad value.
+type usageError struct {
+	msg       string
+	showUsage bool
+}
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitError ends lanectl with a given status. With a nil err it prints
+// nothing: the status says it all (a command's own exit status).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// interruptError reports that lanectl stopped because it received sig.
+type interruptError struct {
+	sig syscall.Signal
+	msg string // what was interrupted; empty for the bare cause
+}
+
+func (e *interruptError) Error() string {
+	if e.msg == "" {
+		return "interrupted by " + signalName(e.sig)
+	}
+	return e.msg
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+func TestExitCode(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"nil", nil, 0},
+		{"usage", usageErrorf("bad"), 64},
+		{"invalid", fmt.Errorf("x: %w", lanes.ErrInvalid), 64},
+		{"limit mismatch", &lanes.LimitMismatchError{Key: "k", Recorded: 1, Requested: 2}, 64},
+		{"unavailable", fmt.Errorf("x: %w", lanes.ErrUnavailable), 69},
+		{"unreachable", &unreachableError{url: "redis://h", err: errors.New("refused")}, 69},
+		{"wait timeout", fmt.Errorf("%w: %w", lanes.ErrWaitTimeout, context.DeadlineExceeded), 75},
+		{"lease lost", fmt.Errorf("x: %w", lanes.ErrLeaseLost), 79},
+		{"explicit", &exitError{code: 7}, 7},
+		{"explicit wrapping another", &exitError{code: 79, err: lanes.ErrUnavailable}, 79},
+		{"SIGINT", &interruptError{sig: syscall.SIGINT}, 130},
+		{"SIGTERM wrapped", fmt.Errorf("x: %w", &interruptError{sig: syscall.SIGTERM}), 143},
+		{"other", errors.New("boom"), 70},
+	}
+	for _, tt := range tests {
+		if got := exitCode(tt.err); got != tt.want {
+			t.Errorf("exitCode(%s: %v) = %d; want %d", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestExitCodesDistinct checks that the table never gives two meanings one
+// code.
+func TestExitCodesDistinct(t *testing.T) {
+	codes := map[int]string{}
+	for name, c := range map[string]int{
+		"ok": exitOK, "not found": exitNotFound, "usage": exitUsage, "unavailable": exitUnavailable,
+		"internal": exitInternal, "wait timeout": exitWaitTimeout, "lease lost": exitLeaseLost,
+		"cannot run": exitCannotRun, "command not found": exitCommandNotFound,
+		"SIGINT": exitSignal + int(syscall.SIGINT), "SIGTERM": exitSignal + int(syscall.SIGTERM),
+	} {
+		if other, ok := codes[c]; ok {
+			t.Errorf("exit code %d means both %s and %s", c, name, other)
+		}
+		codes[c] = name
+	}
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// keysOptions are the flags of `lanectl keys`.
+type keysOptions struct {
+	global *globalOptions
+	open   opener
+}
+
+func newKeysCommand(o *keysOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "keys [--json]",
+		Short: "List the keys that have holders or waiters, most contended first",
+		Long: `keys lists every key that has holders or waiters, with its limit and how many
+of each, sorted by waiters (most first), then by key.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd)
+		},
+	}
+}
+
+func (o *keysOptions) run(cmd *cobra.Command) error {
+	b, closeBackend, err := o.open(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	snap, err := b.Inspect(cmd.Context(), nil)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	if snap.Namespace == "" {
+		snap.Namespace = o.global.namespace
+	}
+	return newPrinter(cmd.OutOrStdout(), o.global.json).Keys(newKeysView(snap))
+}
+
+// keysView is what `keys` reports; its JSON form is the contract of
+// `lanectl keys --json`.
+type keysView struct {
+	Namespace string     `json:"namespace"`
+	Keys      []keyCount `json:"keys"`
+}
+
+type keyCount struct {
+	Key     string `json:"key"`
+	Limit   int    `json:"limit"`
+	Holders int    `json:"holders"`
+	Waiters int    `json:"waiters"`
+}
+
+// newKeysView counts the holders and waiters of each key of snap, sorted by
+// waiters descending, then by key.
+func newKeysView(snap *lanes.Snapshot) keysView {
+	v := keysView{Namespace: snap.Namespace, Keys: []keyCount{}}
+	for _, k := range snap.Keys {
+		if len(k.Holders)+len(k.Waiters) == 0 {
+			continue
+		}
+		v.Keys = append(v.Keys, keyCount{Key: k.Key, Limit: k.Limit, Holders: len(k.Holders), Waiters: len(k.Waiters)})
+	}
+	slices.SortFunc(v.Keys, func(a, b keyCount) int {
+		return cmp.Or(cmp.Compare(b.Waiters, a.Waiters), cmp.Compare(a.Key, b.Key))
+	})
+	return v
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// The JSON contract of `keys --json`.
+type keysJSON struct {
+	Namespace string `json:"namespace"`
+	Keys      []struct {
+		Key     string `json:"key"`
+		Limit   int    `json:"limit"`
+		Holders int    `json:"holders"`
+		Waiters int    `json:"waiters"`
+	} `json:"keys"`
+}
+
+func TestKeysJSON(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runInProcess(t, s.args("keys", "--json")...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("keys --json = %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	var got keysJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("keys --json printed %q: %v", out, err)
+	}
+	if got.Namespace != s.ns {
+		t.Errorf("namespace = %q; want %q", got.Namespace, s.ns)
+	}
+	// Most waiters first, then by key.
+	want := []struct {
+		key                     string
+		limit, holders, waiters int
+	}{{"k1", 1, 1, 3}, {"k3", 1, 0, 1}, {"k2", 2, 1, 0}}
+	if len(got.Keys) != len(want) {
+		t.Fatalf("keys = %+v; want %+v", got.Keys, want)
+	}
+	for i, w := range want {
+		g := got.Keys[i]
+		if g.Key != w.key || g.Limit != w.limit || g.Holders != w.holders || g.Waiters != w.waiters {
+			t.Errorf("keys[%d] = %+v; want %+v", i, g, w)
+		}
+	}
+}
+
+func TestKeysTable(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	_, out, _ := runInProcess(t, s.args("keys")...)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "KEY") {
+		t.Fatalf("keys printed:\n%s\nwant a header and 3 rows", out)
+	}
+	for i, want := range [][]string{{"k1", "1", "1", "3"}, {"k3", "1", "0", "1"}, {"k2", "2", "1", "0"}} {
+		if f := strings.Fields(lines[1+i]); strings.Join(f, " ") != strings.Join(want, " ") {
+			t.Errorf("row %d = %q; want fields %q", i, lines[1+i], want)
+		}
+	}
+}
+
+func TestKeysEmpty(t *testing.T) {
+	s := newMiniredis(t)
+	_, out, _ := runInProcess(t, s.args("keys", "--json")...)
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if keys, ok := raw["keys"].([]any); !ok || len(keys) != 0 {
+		t.Errorf("keys --json on an empty namespace = %s; want keys []", out)
+	}
+	if _, out, _ = runInProcess(t, s.args("keys")...); out != "no holders or waiters\n" {
+		t.Errorf("keys on an empty namespace = %q; want %q", out, "no holders or waiters\n")
+	}
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// Bounds and defaults of `lanectl lock`.
+const (
+	defaultLockTTL = 10 * time.Second
+	minLockTTL     = 30 * time.Millisecond
+	maxCallID      = 200 // bytes of the command line recorded as the call id
+	// killAfter is how long a command has to exit after the SIGTERM that
+	// follows a lost lease, before it gets SIGKILL.
+	killAfter = 10 * time.Second
+)
+
+// lockOptions are the flags and arguments of `lanectl lock`.
+type lockOptions struct {
+	global *globalOptions
+	open   opener
+	relay  *signalRelay // signals after the first, for the command; may be nil
+
+	limit int
+	ttl   time.Duration
+	wait  time.Duration
+	id    string
+
+	keys []string
+	argv []string
+}
+
+func newLockCommand(o *lockOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] KEY... -- CMD [ARG...]",
+		Short: "Run a command while holding keys: the cluster's flock",
+		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
+key), runs CMD while it holds them and exits with CMD's status. The lease is
+renewed every TTL/3; if it is lost anyway, CMD gets SIGTERM (SIGKILL 10s
+later) and lock exits 79.
+
+CMD's environment carries LANES_ENTRY (the entry id), LANES_TOKENS
+(key=token,... in the order of the keys: fencing tokens that only grow),
+LANES_TOKEN (the token, when there is one key) and LANES_NAMESPACE.
+
+SIGINT or SIGTERM while waiting leaves the queue and exits 128+signal; while
+CMD runs, the signal is passed on to CMD (a Ctrl-C at a terminal reaches CMD
+directly too, as they share the terminal) and lock exits with CMD's status.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			return o.complete(args, cmd.ArgsLenAtDash())
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.run(cmd)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once; every user of a key must name the same limit")
+	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
+	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
+	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
+	return cmd
+}
+
+// complete splits args at "--" into keys and command and checks every
+// value, before anything reaches Redis.
+func (o *lockOptions) complete(args []string, dash int) error {
+	switch {
+	case dash < 0:
+		return usageErrorf(`lock needs "--" between the keys and the command: lanectl lock KEY... -- CMD [ARG...]`)
+	case dash == 0:
+		return usageErrorf("lock needs at least one KEY before --")
+	case dash == len(args):
+		return usageErrorf("lock needs a command after --")
+	}
+	o.keys, o.argv = args[:dash], args[dash:]
+	switch {
+	case o.argv[0] == "":
+		return usageErrorf("lock needs a command after --, got an empty name")
+	case o.limit < 1:
+		return usageErrorf("--limit must be at least 1, got %d", o.limit)
+	case o.limit > lanes.MaxLimit:
+		return usageErrorf("--limit must be at most %d, got %d", lanes.MaxLimit, o.limit)
+	case o.ttl <= 0:
+		return usageErrorf("--ttl must be positive, got %v", o.ttl)
+	case o.ttl < minLockTTL:
+		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
+	case o.wait < 0:
+		return usageErrorf("--wait must not be negative, got %v (0 waits forever)", o.wait)
+	}
+	for _, k := range o.keys {
+		if err := lanes.ValidateKey(k); err != nil {
+			return usageErrorf("bad key: %v", err)
+		}
+	}
+	req := o.request()
+	if req.ID == "" {
+		req.ID = "placeholder"
+	}
+	if err := req.Validate(); err != nil {
+		return usageErrorf("%v", err)
+	}
+	return nil
+}
+
+// request is the one request lock makes: every key at once.
+func (o *lockOptions) request() lanes.Request {
+	req := lanes.Request{ID: o.id, Tool: "lanectl lock", CallID: callID(o.argv)}
+	for _, k := range o.keys {
+		req.Lanes = append(req.Lanes, lanes.Lane{Key: k, Limit: o.limit})
+	}
+	return req
+}
+
+func (o *lockOptions) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	b, closeBackend, err := o.open(ctx)
+	if err != nil {
+		return o.waitError(ctx, err)
+	}
+	defer closeBackend()
+
+	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	sess, err := lanes.NewSession(sctx, b, lanes.WithTTL(o.ttl))
+	cancel()
+	if err != nil {
+		return o.waitError(ctx, err)
+	}
+	// Deferred after closeBackend, so it runs first: every entry of the
+	// session leaves Redis before the connection closes.
+	defer sess.Close()
+
+	wctx := ctx
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
+	lease, err := sess.Acquire(wctx, o.request())
+	if err != nil {
+		return o.waitError(ctx, err)
+	}
+	if sig, ok := interruption(ctx); ok { // granted as the signal came
+		_ = lease.Release(context.WithoutCancel(ctx))
+		return o.interrupted(sig)
+	}
+	return o.runHolding(ctx, cmd, lease)
+}
+
+// waitError turns an error met before the grant into lock's answer.
+func (o *lockOptions) waitError(ctx context.Context, err error) error {
+	if sig, ok := interruption(ctx); ok {
+		return o.interrupted(sig)
+	}
+	if errors.Is(err, lanes.ErrWaitTimeout) {
+		return &exitError{code: exitWaitTimeout, err: fmt.Errorf("waited %v for %s: not granted", o.wait, o.keyList())}
+	}
+	if errors.Is(err, lanes.ErrLeaseLost) {
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
+	}
+	return o.global.unavailable(err)
+}
+
+func (o *lockOptions) interrupted(sig syscall.Signal) error {
+	return &interruptError{sig: sig, msg: fmt.Sprintf("interrupted by %s while waiting for %s; left the queue", signalName(sig), o.keyList())}
+}
+
+func (o *lockOptions) keyList() string { return strings.Join(o.keys, ", ") }
+
+// runHolding runs the command while lease holds the keys and returns its
+// status. It passes signals on to the command, stops the command if the
+// lease is lost, and releases the lease once the command exits.
+func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease *lanes.Lease) error {
+	child := exec.Command(o.argv[0], o.argv[1:]...)
+	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	child.Env = childEnv(os.Environ(), lease, o.keys, o.global.namespace)
+	child.WaitDelay = time.Second // output copying, when stdout is not a file
+	if err := child.Start(); err != nil {
+		_ = lease.Release(context.WithoutCancel(ctx))
+		return startError(o.argv[0], err)
+	}
+	signal := func(s os.Signal) { _ = child.Process.Signal(s) }
+	defer o.relay.Forward(signal)()
+
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+	var (
+		interrupted = ctx.Done()
+		lost        = lease.Lost()
+		lostErr     error
+		kill        *time.Timer
+		killC       <-chan time.Time
+	)
+	defer func() {
+		if kill != nil {
+			kill.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-interrupted:
+			interrupted = nil
+			sig, ok := interruption(ctx)
+			if !ok {
+				sig = syscall.SIGTERM
+			}
+			signal(sig)
+		case <-lost:
+			lost = nil
+			lostErr = lease.Err()
+			signal(syscall.SIGTERM)
+			kill = time.NewTimer(killAfter)
+			killC = kill.C
+		case <-killC:
+			_ = child.Process.Kill()
+		case err := <-exited:
+			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, err, lostErr)
+		}
+	}
+}
+
+// finish releases the lease after the command exited and returns lock's
+// answer: the command's status, or exit 79 when the lease was lost.
+func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes.Lease, child *exec.Cmd, waitErr, lostErr error) error {
+	status, desc := childStatus(child, waitErr)
+	if lostErr != nil {
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; the command was sent SIGTERM", o.keyList(), reason(lostErr))}
+	}
+	if err := lease.Err(); err != nil && errors.Is(err, lanes.ErrLeaseLost) {
+		// Lost as the command exited: it may have run its last moments
+		// without the keys.
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; the command had %s", o.keyList(), reason(err), desc)}
+	}
+	if err := lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lanes.ErrLeaseLost) && !errors.Is(err, lanes.ErrNotHolder) {
+		// The command ran under the lease; the keys pass on within the TTL.
+		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s (it expires within %v): %w", o.keyList(), o.ttl, o.global.unavailable(err)), o.global.redisURL))
+	}
+	if status == 0 {
+		return nil
+	}
+	return &exitError{code: status}
+}
+
+// reason is err's message without the sentinel's own prefix.
+func reason(err error) string {
+	return strings.TrimPrefix(err.Error(), lanes.ErrLeaseLost.Error()+": ")
+}
+
+// childStatus returns the exit status lanectl passes on for the command,
+// 128+N when a signal killed it, and a few words for messages.
+func childStatus(child *exec.Cmd, waitErr error) (int, string) {
+	ps := child.ProcessState
+	if ps == nil {
+		return exitInternal, fmt.Sprintf("failed: %v", waitErr)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return exitSignal + int(ws.Signal()), "been killed by " + signalName(ws.Signal())
+	}
+	return ps.ExitCode(), "already exited with status " + strconv.Itoa(ps.ExitCode())
+}
+
+// startError maps a failure to start the command to 126 or 127.
+func startError(name string, err error) error {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return &exitError{code: exitCommandNotFound, err: fmt.Errorf("%s: command not found", name)}
+	default:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			err = ee.Err
+		}
+		return &exitError{code: exitCannotRun, err: fmt.Errorf("%s: cannot run: %v", name, err)}
+	}
+}
+
+// childEnv is the command's environment: lanectl's own, with the LANES_*
+// variables of this lease in place of any inherited ones.
+func childEnv(base []string, lease *lanes.Lease, keys []string, ns string) []string {
+	env := make([]string, 0, len(base)+4)
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "LANES_ENTRY", "LANES_TOKEN", "LANES_TOKENS", "LANES_NAMESPACE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	tokens := make([]string, len(keys))
+	for i, k := range keys {
+		tokens[i] = k + "=" + strconv.FormatUint(lease.Token(k), 10)
+	}
+	env = append(env, "LANES_ENTRY="+lease.ID(), "LANES_TOKENS="+strings.Join(tokens, ","), "LANES_NAMESPACE="+ns)
+	if len(keys) == 1 {
+		env = append(env, "LANES_TOKEN="+strconv.FormatUint(lease.Token(keys[0]), 10))
+	}
+	return env
+}
+
+// callID is the command line as the call id `status` shows: printable, at
+// most maxCallID bytes, cut on a rune boundary.
+func callID(argv []string) string {
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(strings.Join(argv, " "), "?"))
+	if len(s) <= maxCallID {
+		return s
+	}
+	cut := maxCallID
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The tests of this file run the lanectl binary against miniredis and
+// against the real Redis server (skipped when none answers).
+
+func TestLockPassesExitStatus(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		for _, tt := range []struct {
+			script string
+			want   int
+		}{{"exit 0", 0}, {"exit 7", 7}, {"exit 69", 69}, {"kill -KILL $$", 128 + 9}} {
+			code, _, stderr := runBin(t, s.args("lock", "k", "--", "sh", "-c", tt.script)...)
+			if code != tt.want || stderr != "" {
+				t.Errorf("lock k -- sh -c %q = %d, stderr %q; want %d and nothing", tt.script, code, stderr, tt.want)
+			}
+		}
+		s.assertEmpty(t)
+	})
+}
+
+// printEnv prints the LANES_* variables lock sets, "unset" for a missing one.
+const printEnv = `printf '%s|%s|%s|%s' "${LANES_ENTRY-unset}" "${LANES_TOKEN-unset}" "${LANES_TOKENS-unset}" "${LANES_NAMESPACE-unset}"`
+
+func TestLockEnvironment(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		var tokens []uint64
+		for i := range 2 {
+			code, out, stderr := runBin(t, s.args("lock", "k", "--", "sh", "-c", printEnv)...)
+			if code != 0 {
+				t.Fatalf("run %d: lock = %d, stderr %q; want 0", i, code, stderr)
+			}
+			f := strings.Split(out, "|")
+			if len(f) != 4 {
+				t.Fatalf("run %d: the command printed %q; want 4 fields", i, out)
+			}
+			tok, err := strconv.ParseUint(f[1], 10, 64)
+			if f[0] == "unset" || f[0] == "" || err != nil || f[2] != "k="+f[1] || f[3] != s.ns {
+				t.Errorf("run %d: LANES_ENTRY|LANES_TOKEN|LANES_TOKENS|LANES_NAMESPACE = %q; want an entry, a token, k=<token>, %s", i, out, s.ns)
+			}
+			tokens = append(tokens, tok)
+		}
+		if tokens[1] <= tokens[0] {
+			t.Errorf("tokens of two runs = %v; want them increasing", tokens)
+		}
+
+		// Two keys: LANES_TOKENS in the order given, no LANES_TOKEN; --id
+		// is the entry id.
+		code, out, stderr := runBin(t, s.args("lock", "--id", "my-entry", "b", "a", "--", "sh", "-c", printEnv)...)
+		if code != 0 {
+			t.Fatalf("lock b a = %d, stderr %q; want 0", code, stderr)
+		}
+		if want := "my-entry|unset|b=1,a=1|" + s.ns; out != want {
+			t.Errorf("lock --id my-entry b a printed %q; want %q", out, want)
+		}
+		s.assertEmpty(t)
+	})
+}
+
+// TestLockExcludes runs three locks on one key at once: their commands
+// never overlap.
+func TestLockExcludes(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		log := filepath.Join(t.TempDir(), "log")
+		script := `echo in >> "$1"; sleep 0.05; echo out >> "$1"`
+		var procs []*proc
+		for range 3 {
+			procs = append(procs, startBin(t, s.args("lock", "k", "--", "sh", "-c", script, "sh", log)...))
+		}
+		for _, p := range procs {
+			if code := p.wait(t); code != 0 {
+				t.Fatalf("lock = %d, stderr %q; want 0", code, p.stderr)
+			}
+		}
+		b, _ := os.ReadFile(log)
+		if got, want := string(b), strings.Repeat("in\nout\n", 3); got != want {
+			t.Errorf("the commands wrote %q; want %q (one at a time)", got, want)
+		}
+		s.assertEmpty(t)
+	})
+}
+
+func TestLockWaitRunsOut(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		lease := s.hold(t, "k")
+		code, _, stderr := runBin(t, s.args("lock", "--wait", "200ms", "k", "--", "true")...)
+		if code != exitWaitTimeout {
+			t.Errorf("lock --wait 200ms on a held key = %d; want %d", code, exitWaitTimeout)
+		}
+		assertOneLine(t, stderr)
+		if want := "lanectl: waited 200ms for k: not granted\n"; stderr != want {
+			t.Errorf("stderr = %q; want %q", stderr, want)
+		}
+		snap := s.inspect(t)
+		if len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 || snap.Keys[0].Holders[0].ID != lease.ID() {
+			t.Errorf("Inspect() = %+v; want k held by the test, no waiter left", snap.Keys)
+		}
+	})
+}
+
+// TestLockSignalWhileWaiting sends SIGTERM (SIGINT) to a lanectl that waits:
+// it leaves the queue and exits 143 (130).
+func TestLockSignalWhileWaiting(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		s.hold(t, "k")
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+			p := startBin(t, s.args("lock", "k", "--", "true")...)
+			eventually(t, "lanectl waits for k", func() bool {
+				snap := s.inspect(t)
+				return len(snap.Keys) == 1 && len(snap.Keys[0].Waiters) == 1
+			})
+			p.signal(t, sig)
+			if code := p.wait(t); code != 128+int(sig) {
+				t.Errorf("lock interrupted by %v while waiting = %d; want %d", sig, code, 128+int(sig))
+			}
+			assertOneLine(t, p.stderr.String())
+			if snap := s.inspect(t); len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 {
+				t.Errorf("after %v, Inspect() = %+v; want no waiter left", sig, snap.Keys)
+			}
+		}
+	})
+}
+
+// trapScript traps SIGTERM: it writes "term" to the file $1 and exits $2.
+// It touches the file $3 once the trap is set.
+const trapScript = `trap 'echo term > "$1"; exit $2' TERM; touch "$3"; while :; do sleep 0.02; done`
+
+// TestLockSignalWhileHolding sends SIGTERM to a lanectl whose command runs:
+// the command gets it, lanectl exits with the command's status and the
+// lease is released.
+func TestLockSignalWhileHolding(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		dir := t.TempDir()
+		marker, ready := filepath.Join(dir, "marker"), filepath.Join(dir, "ready")
+		p := startBin(t, s.args("lock", "k", "--", "sh", "-c", trapScript, "sh", marker, "3", ready)...)
+		eventually(t, "the command runs", func() bool { return fileExists(ready) })
+		p.signal(t, syscall.SIGTERM)
+		if code := p.wait(t); code != 3 {
+			t.Errorf("lock whose command trapped SIGTERM and exited 3 = %d; want 3 (stderr %q)", code, p.stderr)
+		}
+		if b, _ := os.ReadFile(marker); string(b) != "term\n" {
+			t.Errorf("the command's marker = %q; want %q: it did not get SIGTERM", b, "term\n")
+		}
+		s.assertEmpty(t)
+	})
+}
+
+// TestLockLeaseLost releases a running lock's entry by force: its command
+// gets SIGTERM and lanectl exits 79 with one line.
+func TestLockLeaseLost(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		dir := t.TempDir()
+		marker, ready := filepath.Join(dir, "marker"), filepath.Join(dir, "ready")
+		p := startBin(t, s.args("lock", "--ttl", "900ms", "k", "--", "sh", "-c", trapScript, "sh", marker, "0", ready)...)
+		eventually(t, "the command runs", func() bool { return fileExists(ready) })
+		snap := s.inspect(t)
+		if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
+			t.Fatalf("Inspect() = %+v; want lanectl holding k", snap.Keys)
+		}
+		entry := snap.Keys[0].Holders[0].ID
+
+		code, out, stderr := runBin(t, s.args("release", "--force", entry)...)
+		if want := "released " + entry + " (holder of k)\n"; code != 0 || out != want {
+			t.Errorf("release --force = %d, %q (stderr %q); want 0, %q", code, out, stderr, want)
+		}
+
+		if code := p.wait(t); code != exitLeaseLost {
+			t.Errorf("lock whose lease was lost = %d; want %d", code, exitLeaseLost)
+		}
+		stderr = p.stderr.String()
+		assertOneLine(t, stderr)
+		if !strings.HasPrefix(stderr, "lanectl: lease lost on k: ") || !strings.Contains(stderr, "SIGTERM") {
+			t.Errorf("stderr = %q; want lease lost on k ... SIGTERM", stderr)
+		}
+		if b, _ := os.ReadFile(marker); string(b) != "term\n" {
+			t.Errorf("the command's marker = %q; want %q: it did not get SIGTERM", b, "term\n")
+		}
+		s.assertEmpty(t)
+	})
+}
+
+// TestLockCommandNotRunnable checks 127 for a command that does not exist
+// and 126 for one that is not executable, with the keys given back.
+func TestLockCommandNotRunnable(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		notExec := filepath.Join(t.TempDir(), "script")
+		writeFile(t, notExec, "#!/bin/sh\n", 0o644)
+		for _, tt := range []struct {
+			cmd  string
+			want int
+		}{{"lanectl-test-no-such-command", 127}, {notExec, 126}} {
+			code, _, stderr := runBin(t, s.args("lock", "k", "--", tt.cmd)...)
+			if code != tt.want {
+				t.Errorf("lock k -- %s = %d; want %d", tt.cmd, code, tt.want)
+			}
+			assertOneLine(t, stderr)
+		}
+		s.assertEmpty(t)
+	})
+}
+
+func TestLockUnreachable(t *testing.T) {
+	code, _, stderr := runBin(t, "--redis", "redis://user:hunter2@127.0.0.1:1", "lock", "k", "--", "true")
+	if code != exitUnavailable {
+		t.Errorf("lock against an unreachable server = %d; want %d", code, exitUnavailable)
+	}
+	assertOneLine(t, stderr)
+	if !strings.Contains(stderr, "redis://user:xxxxx@127.0.0.1:1") || strings.Contains(stderr, "hunter2") {
+		t.Errorf("stderr = %q; want the redacted URL named", stderr)
+	}
+}
+
+// TestLockStatusShowsCommand checks what `status` says of a running lock.
+func TestLockStatusShowsCommand(t *testing.T) {
+	s := newMiniredis(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	p := startBin(t, s.args("lock", "--limit", "2", "a", "b", "--", "sh", "-c", `touch "$1"; while [ -e "$1" ]; do sleep 0.02; done`, "sh", ready)...)
+	eventually(t, "the command runs", func() bool { return fileExists(ready) })
+	snap := s.inspect(t)
+	var keys []string
+	for _, k := range snap.Keys {
+		keys = append(keys, k.Key)
+		if k.Limit != 2 || len(k.Holders) != 1 || k.Holders[0].Tool != "lanectl lock" || !strings.HasPrefix(k.Holders[0].CallID, "sh -c touch") ||
+			k.Holders[0].Owner.PID != p.cmd.Process.Pid {
+			t.Errorf("key %s = %+v; want limit 2, held by lanectl lock, pid %d", k.Key, k, p.cmd.Process.Pid)
+		}
+	}
+	if !slices.Equal(keys, []string{"a", "b"}) {
+		t.Errorf("keys = %q; want [a b]", keys)
+	}
+	os.Remove(ready)
+	if code := p.wait(t); code != 0 {
+		t.Errorf("lock = %d; want 0", code)
+	}
+	s.assertEmpty(t)
+}
+
+// TestLockWaiterReleasedByForce evicts a waiting lanectl from its queue:
+// it exits 79 with one line, and its command never runs.
+func TestLockWaiterReleasedByForce(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		s.hold(t, "k")
+		ran := filepath.Join(t.TempDir(), "ran")
+		p := startBin(t, s.args("lock", "--ttl", "900ms", "k", "--", "touch", ran)...)
+		var entry string
+		eventually(t, "lanectl waits for k", func() bool {
+			snap := s.inspect(t)
+			if len(snap.Keys) == 1 && len(snap.Keys[0].Waiters) == 1 {
+				entry = snap.Keys[0].Waiters[0].ID
+				return true
+			}
+			return false
+		})
+		code, out, _ := runBin(t, s.args("release", "--force", entry)...)
+		if want := "removed waiter " + entry + " (queued on k)\n"; code != 0 || out != want {
+			t.Errorf("release --force = %d, %q; want 0, %q", code, out, want)
+		}
+		if code := p.wait(t); code != exitLeaseLost {
+			t.Errorf("lock evicted from the queue = %d; want %d", code, exitLeaseLost)
+		}
+		assertOneLine(t, p.stderr.String())
+		t.Logf("stderr: %s", p.stderr)
+		if fileExists(ran) {
+			t.Errorf("the command ran although lanectl was never granted k")
+		}
+	})
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+)
+
+// printer writes what a command reports, as a table for people or as JSON
+// for scripts (--json), to one io.Writer.
+type printer interface {
+	Status(statusView) error
+	Keys(keysView) error
+	Release(releaseView) error
+}
+
+func newPrinter(w io.Writer, asJSON bool) printer {
+	if asJSON {
+		return jsonPrinter{w}
+	}
+	return tablePrinter{w}
+}
+
+// jsonPrinter writes each view as one indented JSON document.
+type jsonPrinter struct{ w io.Writer }
+
+func (p jsonPrinter) Status(v statusView) error   { return p.write(v) }
+func (p jsonPrinter) Keys(v keysView) error       { return p.write(v) }
+func (p jsonPrinter) Release(v releaseView) error { return p.write(v) }
+
+func (p jsonPrinter) write(v any) error {
+	enc := json.NewEncoder(p.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// tablePrinter writes aligned tables with human durations.
+type tablePrinter struct{ w io.Writer }
+
+func (p tablePrinter) Status(v statusView) error {
+	if len(v.Keys) == 0 {
+		_, err := fmt.Fprintln(p.w, "no holders or waiters")
+		return err
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLIMIT\tSTATE\tENTRY\tTOKEN\tPOS\tOWNER\tTOOL\tCALL ID\tTENANT\tFOR\tLEASE LEFT")
+	for _, k := range v.Keys {
+		for _, h := range k.Holders {
+			fmt.Fprintf(tw, "%s\t%d\theld\t%s\t%d\t-\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				cell(k.Key), k.Limit, cell(h.Entry), h.Token, owner(h.Host, h.PID),
+				cell(h.Tool), cell(h.CallID), cell(h.Tenant), ms(h.HeldMS), ms(h.LeaseLeftMS))
+		}
+		for _, w := range k.Waiters {
+			fmt.Fprintf(tw, "%s\t%d\twaiting\t%s\t-\t%d\t%s\t%s\t%s\t%s\t%s\t-\n",
+				cell(k.Key), k.Limit, cell(w.Entry), w.Position, owner(w.Host, w.PID),
+				cell(w.tool), cell(w.callID), cell(w.tenant), ms(w.WaitingMS))
+		}
+	}
+	return tw.Flush()
+}
+
+func (p tablePrinter) Keys(v keysView) error {
+	if len(v.Keys) == 0 {
+		_, err := fmt.Fprintln(p.w, "no holders or waiters")
+		return err
+	}
+	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tLIMIT\tHOLDERS\tWAITERS")
+	for _, k := range v.Keys {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", cell(k.Key), k.Limit, k.Holders, k.Waiters)
+	}
+	return tw.Flush()
+}
+
+func (p tablePrinter) Release(v releaseView) error {
+	for _, r := range v.Released {
+		var err error
+		keys := strings.Join(r.Keys, ", ")
+		switch {
+		case r.Was == "held" && keys != "":
+			_, err = fmt.Fprintf(p.w, "released %s (holder of %s)\n", r.Entry, keys)
+		case r.Was == "held":
+			_, err = fmt.Fprintf(p.w, "released %s\n", r.Entry)
+		case r.Was == "waiting" && keys != "":
+			_, err = fmt.Fprintf(p.w, "removed waiter %s (queued on %s)\n", r.Entry, keys)
+		case r.Was == "waiting":
+			_, err = fmt.Fprintf(p.w, "removed waiter %s\n", r.Entry)
+		default:
+			_, err = fmt.Fprintf(p.w, "no entry %s\n", r.Entry)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(v.Granted) > 0 {
+		_, err := fmt.Fprintf(p.w, "granted next: %s\n", strings.Join(v.Granted, ", "))
+		return err
+	}
+	return nil
+}
+
+// maxCell bounds a table cell, so one long call id keeps the table readable.
+const maxCell = 40
+
+// cell makes s fit one table cell: no tabs or line breaks, at most maxCell
+// runes, "-" when empty.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	if r := []rune(s); len(r) > maxCell {
+		s = string(r[:maxCell-1]) + "…"
+	}
+	return s
+}
+
+func owner(host string, pid int) string {
+	if host == "" {
+		host = "?"
+	}
+	return host + ":" + strconv.Itoa(pid)
+}
+
+func ms(n int64) string { return humanDuration(time.Duration(n) * time.Millisecond) }
+
+// humanDuration writes d for people: 350ms, 1.2s, 3m4s, 2h5m.
+func humanDuration(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(float64(d.Truncate(100*time.Millisecond))/float64(time.Second), 'f', -1, 64) + "s"
+	case d < time.Hour:
+		d = d.Truncate(time.Second)
+		return fmt.Sprintf("%dm%ds", d/time.Minute, (d%time.Minute)/time.Second)
+	default:
+		d = d.Truncate(time.Minute)
+		return fmt.Sprintf("%dh%dm", d/time.Hour, (d%time.Hour)/time.Minute)
+	}
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHumanDuration(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0ms"},
+		{0, "0ms"},
+		{350 * time.Millisecond, "350ms"},
+		{time.Second, "1s"},
+		{1250 * time.Millisecond, "1.2s"},
+		{59*time.Second + 990*time.Millisecond, "59.9s"},
+		{3*time.Minute + 4*time.Second + 500*time.Millisecond, "3m4s"},
+		{2*time.Hour + 5*time.Minute + 59*time.Second, "2h5m"},
+	}
+	for _, tt := range tests {
+		if got := humanDuration(tt.d); got != tt.want {
+			t.Errorf("humanDuration(%v) = %q; want %q", tt.d, got, tt.want)
+		}
+	}
+}
+
+func TestCell(t *testing.T) {
+	if got := cell(""); got != "-" {
+		t.Errorf(`cell("") = %q; want "-"`, got)
+	}
+	if got := cell("a\tb\nc"); got != "a b c" {
+		t.Errorf("cell(tab, newline) = %q; want %q", got, "a b c")
+	}
+	long := strings.Repeat("é", 100)
+	if got := cell(long); len([]rune(got)) != maxCell || !strings.HasSuffix(got, "…") {
+		t.Errorf("cell(100 runes) = %q; want %d runes ending in …", got, maxCell)
+	}
+}
+
+func TestCallID(t *testing.T) {
+	if got := callID([]string{"sh", "-c", "echo a\necho b"}); got != "sh -c echo a echo b" {
+		t.Errorf("callID() = %q; want control characters replaced", got)
+	}
+	long := callID([]string{strings.Repeat("é", 150)}) // 300 bytes
+	if len(long) > maxCallID || !strings.HasPrefix(strings.Repeat("é", 150), long) {
+		t.Errorf("callID(300 bytes) = %d bytes, %q; want at most %d bytes cut on a rune", len(long), long, maxCallID)
+	}
+}

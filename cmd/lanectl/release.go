@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// releaseOptions are the flags and arguments of `lanectl release`.
+type releaseOptions struct {
+	global *globalOptions
+	open   opener
+	force  bool
+	ids    []string
+}
+
+func newReleaseCommand(o *releaseOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "release --force ENTRY...",
+		Short: "Evict entries by force: a holder's lease ends, a waiter leaves its queues",
+		Long: `release removes entries by id, whatever their state: a holder's slots pass to
+the next waiters and its process loses its lease (a lanectl lock sends its
+command SIGTERM and exits 79); a waiter leaves every queue. It needs --force,
+since it takes a lease from another process. It exits 1 when a named entry
+was not found.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("release needs at least one ENTRY id (see lanectl status)")
+			}
+			for _, id := range args {
+				if err := (lanes.Request{ID: id}).Validate(); err != nil {
+					return usageErrorf("bad entry id: %v", err)
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !o.force {
+				return usageErrorf("release evicts another process's lease or queued entry; it needs --force")
+			}
+			o.ids = dedupe(args) // a repeated id would be "gone" the second time
+			return o.run(cmd)
+		},
+	}
+	cmd.Flags().BoolVar(&o.force, "force", false, "really evict the entries")
+	return cmd
+}
+
+func (o *releaseOptions) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	b, closeBackend, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+
+	// Look the entries up first, to say what each held or waited for.
+	snap, err := b.Inspect(ctx, nil)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	known := entryKeys(snap)
+	rel, err := b.Release(ctx, o.ids)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	if len(rel.Was) != len(o.ids) {
+		return fmt.Errorf("backend answered %d states for %d entries", len(rel.Was), len(o.ids))
+	}
+
+	v := releaseView{Released: []releasedEntry{}, Granted: []string{}}
+	var missing []string
+	for i, id := range o.ids {
+		r := releasedEntry{Entry: id, Was: rel.Was[i].String(), Keys: []string{}}
+		if rel.Was[i] == lanes.Gone {
+			missing = append(missing, id)
+		} else {
+			r.Keys = append(r.Keys, known[id]...)
+		}
+		v.Released = append(v.Released, r)
+	}
+	v.Granted = append(v.Granted, rel.Granted...)
+	if err := newPrinter(cmd.OutOrStdout(), o.global.json).Release(v); err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return &exitError{code: exitNotFound, err: fmt.Errorf("no entry %s in namespace %s", strings.Join(missing, ", "), o.global.namespace)}
+	}
+	return nil
+}
+
+// releaseView is what `release` reports; its JSON form is the contract of
+// `lanectl release --json`.
+type releaseView struct {
+	Released []releasedEntry `json:"released"`
+	Granted  []string        `json:"granted"`
+}
+
+type releasedEntry struct {
+	Entry string   `json:"entry"`
+	Was   string   `json:"was"` // held, waiting or gone
+	Keys  []string `json:"keys"`
+}
+
+// entryKeys returns the keys of every entry of snap: the lanes it asked
+// for, in its request's order.
+func entryKeys(snap *lanes.Snapshot) map[string][]string {
+	out := map[string][]string{}
+	add := func(e lanes.Entry, key string) {
+		if _, ok := out[e.ID]; ok {
+			return
+		}
+		keys := make([]string, 0, len(e.Lanes))
+		for _, l := range e.Lanes {
+			keys = append(keys, l.Key)
+		}
+		if len(keys) == 0 {
+			keys = append(keys, key)
+		}
+		out[e.ID] = keys
+	}
+	for _, k := range snap.Keys {
+		for _, h := range k.Holders {
+			add(h.Entry, k.Key)
+		}
+		for _, w := range k.Waiters {
+			add(w.Entry, k.Key)
+		}
+	}
+	return out
+}
+
+// dedupe returns ids without repeats, in first-seen order.
+func dedupe(ids []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// connectTimeout bounds the first contact with Redis (PING) and the setup of
+// a Session's subscription.
+const connectTimeout = 5 * time.Second
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	redisURL  string
+	namespace string
+	json      bool
+
+	getenv func(string) string
+}
+
+// resolve fills in what the flags left unset from the environment, then
+// the defaults.
+func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) {
+	if !flags.Changed("redis") {
+		g.redisURL = defaultRedisURL
+		if v := g.getenv("LANES_REDIS_URL"); v != "" {
+			g.redisURL = v
+		}
+	}
+	if !flags.Changed("namespace") {
+		g.namespace = "default"
+		if v := g.getenv("LANES_NAMESPACE"); v != "" {
+			g.namespace = v
+		}
+	}
+}
+
+// opener connects to the lanes of the namespace the global flags name. The
+// returned function closes the connection; call it once done.
+type opener func(ctx context.Context) (lanes.Backend, func(), error)
+
+// open is the opener of lanectl: a redislane Backend on the --redis server,
+// checked with a PING so that an unreachable server is reported at once.
+func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error) {
+	opt, err := parseRedisURL(g.redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := lanes.ValidateNamespace(g.namespace); err != nil {
+		return nil, nil, usageErrorf("bad --namespace %q: 1 to 128 bytes of printable UTF-8 without spaces or braces", g.namespace)
+	}
+	c := redis.NewClient(opt)
+	b, err := redislane.New(c, g.namespace)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		if ctx.Err() != nil {
+			return nil, nil, context.Cause(ctx)
+		}
+		return nil, nil, &unreachableError{url: redactURL(g.redisURL), err: err}
+	}
+	return b, func() {
+		b.Close()
+		c.Close()
+	}, nil
+}
+
+// unavailable names the server in a backend error that says it cannot be
+// reached, and returns any other error as it is.
+func (g *globalOptions) unavailable(err error) error {
+	if errors.Is(err, lanes.ErrUnavailable) && !errors.As(err, new(*unreachableError)) {
+		return &unreachableError{url: redactURL(g.redisURL), err: err}
+	}
+	return err
+}
+
+// unreachableError reports a Redis server that cannot be reached. It is
+// lanes.ErrUnavailable to errors.Is.
+type unreachableError struct {
+	url string // redacted
+	err error
+}
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach Redis at %s: %v", e.url, e.err)
+}
+func (e *unreachableError) Unwrap() error        { return e.err }
+func (e *unreachableError) Is(target error) bool { return target == lanes.ErrUnavailable }
+
+// newRootCommand builds lanectl and its commands on g. relay is the source
+// of the signals `lock` passes on to its command; it may be nil.
+func newRootCommand(g *globalOptions, relay *signalRelay) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "lanectl",
+		Short: "Inspect and use lanes: cluster-wide FIFO locks and limits on Redis",
+		Long: `lanectl inspects and uses lanes, bounded FIFO resources shared through Redis.
+
+The server comes from --redis, else $LANES_REDIS_URL, else ` + defaultRedisURL + `;
+the namespace from --namespace, else $LANES_NAMESPACE, else "default".
+Run "lanectl dev-server" for an embedded server to try it without Redis.`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return &usageError{msg: "no command given", showUsage: true}
+			}
+			msg := fmt.Sprintf("unknown command %q", args[0])
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += fmt.Sprintf("; did you mean %q?", s[0])
+			}
+			return &usageError{msg: msg, showUsage: true}
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return nil },
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			g.resolve(cmd.Flags())
+			return nil
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SuggestionsMinimumDistance = 2
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{msg: err.Error(), showUsage: true}
+	})
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.redisURL, "redis", "", `Redis URL, redis:// or rediss:// (TLS), user and password in the URL (default $LANES_REDIS_URL, else `+defaultRedisURL+`)`)
+	pf.StringVar(&g.namespace, "namespace", "", `namespace of the lanes (default $LANES_NAMESPACE, else "default")`)
+	pf.BoolVar(&g.json, "json", false, "print JSON for scripts instead of tables")
+
+	root.AddCommand(
+		newDevServerCommand(&devServerOptions{}),
+		newLockCommand(&lockOptions{global: g, open: g.open, relay: relay}),
+		newStatusCommand(&statusOptions{global: g, open: g.open}),
+		newKeysCommand(&keysOptions{global: g, open: g.open}),
+		newReleaseCommand(&releaseOptions{global: g, open: g.open}),
+	)
+	for _, c := range root.Commands() {
+		c.DisableFlagsInUseLine = true // each Use line shows its flags
+	}
+	return root
+}
+
+// run runs lanectl with args and returns its exit status. Errors are
+// printed to stderr as one line, `lanectl: <message>`, after the usage of
+// the command when the mistake was in the command line.
+func run(ctx context.Context, relay *signalRelay, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	g := &globalOptions{getenv: getenv}
+	root := newRootCommand(g, relay)
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	code := exitCode(err)
+	if err == nil {
+		return code
+	}
+	var exit *exitError
+	if errors.As(err, &exit) && exit.err == nil {
+		return code // a command's own status: nothing to add
+	}
+	var usage *usageError
+	if errors.As(err, &usage) && usage.showUsage && cmd != nil {
+		fmt.Fprint(stderr, cmd.UsageString())
+	}
+	fmt.Fprintln(stderr, errorLine(err, g.redisURL))
+	return code
+}
+
+// errorLine formats err as the one line lanectl prints for it, without the
+// password of the Redis URL.
+func errorLine(err error, rawURL string) string {
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	if rawURL != "" {
+		msg = redactSecret(msg, rawURL)
+	}
+	return "lanectl: " + strings.TrimPrefix(msg, "lanectl: ")
+}
+
+// quietRedisLogs stops go-redis from logging to stderr: lanectl reports
+// every error itself, in one line.
+func quietRedisLogs() { redis.SetLogger(discardLogger{}) }
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// statusOptions are the flags and arguments of `lanectl status`.
+type statusOptions struct {
+	global *globalOptions
+	open   opener
+	keys   []string
+}
+
+func newStatusCommand(o *statusOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [KEY...] [--json]",
+		Short: "Show who holds and who waits for each key",
+		Long: `status shows, for each key (every key that has holders or waiters when none is
+named), its limit, its holders (entry, owner host and pid, tool, call id,
+tenant, fencing token, how long held, lease left) and its waiters in queue
+order (entry, position, owner, how long waiting). Durations are measured
+on the Redis clock.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			for _, k := range args {
+				if err := lanes.ValidateKey(k); err != nil {
+					return usageErrorf("bad key: %v", err)
+				}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.keys = args
+			return o.run(cmd)
+		},
+	}
+}
+
+func (o *statusOptions) run(cmd *cobra.Command) error {
+	b, closeBackend, err := o.open(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	snap, err := b.Inspect(cmd.Context(), o.keys)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	if snap.Namespace == "" {
+		snap.Namespace = o.global.namespace
+	}
+	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(newStatusView(snap))
+}
+
+// statusView is what `status` reports; its JSON form is the contract of
+// `lanectl status --json`.
+type statusView struct {
+	Namespace string      `json:"namespace"`
+	Keys      []statusKey `json:"keys"`
+}
+
+type statusKey struct {
+	Key     string       `json:"key"`
+	Limit   int          `json:"limit"`
+	Holders []holderView `json:"holders"`
+	Waiters []waiterView `json:"waiters"`
+}
+
+type holderView struct {
+	Entry       string `json:"entry"`
+	Token       uint64 `json:"token"`
+	Host        string `json:"host"`
+	PID         int    `json:"pid"`
+	Tool        string `json:"tool"`
+	CallID      string `json:"call_id"`
+	Tenant      string `json:"tenant"`
+	HeldMS      int64  `json:"held_ms"`
+	LeaseLeftMS int64  `json:"lease_left_ms"`
+}
+
+type waiterView struct {
+	Entry     string `json:"entry"`
+	Position  int    `json:"position"`
+	Host      string `json:"host"`
+	PID       int    `json:"pid"`
+	WaitingMS int64  `json:"waiting_ms"`
+
+	tool, callID, tenant string // shown in the table only
+}
+
+// newStatusView builds the view of snap, with every duration measured
+// against snap.Time, the backend's clock, never the local one.
+func newStatusView(snap *lanes.Snapshot) statusView {
+	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}}
+	for _, k := range snap.Keys {
+		sk := statusKey{Key: k.Key, Limit: k.Limit, Holders: []holderView{}, Waiters: []waiterView{}}
+		for _, h := range k.Holders {
+			sk.Holders = append(sk.Holders, holderView{
+				Entry: h.ID, Token: h.Token, Host: h.Owner.Host, PID: h.Owner.PID,
+				Tool: h.Tool, CallID: h.CallID, Tenant: h.Tenant,
+				HeldMS:      since(snap.Time, h.Granted),
+				LeaseLeftMS: since(h.Expires, snap.Time),
+			})
+		}
+		for _, w := range k.Waiters {
+			sk.Waiters = append(sk.Waiters, waiterView{
+				Entry: w.ID, Position: w.Position, Host: w.Owner.Host, PID: w.Owner.PID,
+				WaitingMS: since(snap.Time, w.Enqueued),
+				tool:      w.Tool, callID: w.CallID, tenant: w.Tenant,
+			})
+		}
+		v.Keys = append(v.Keys, sk)
+	}
+	return v
+}
+
+// since returns now - then in milliseconds, never below 0 (a zero then
+// counts as 0 too).
+func since(now, then time.Time) int64 {
+	if then.IsZero() || now.Before(then) {
+		return 0
+	}
+	return now.Sub(then).Milliseconds()
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// The JSON contract of `status --json`, written out again here so that a
+// change of a tag in status.go fails the tests.
+type statusJSON struct {
+	Namespace string `json:"namespace"`
+	Keys      []struct {
+		Key     string `json:"key"`
+		Limit   int    `json:"limit"`
+		Holders []struct {
+			Entry       string `json:"entry"`
+			Token       uint64 `json:"token"`
+			Host        string `json:"host"`
+			PID         int    `json:"pid"`
+			Tool        string `json:"tool"`
+			CallID      string `json:"call_id"`
+			Tenant      string `json:"tenant"`
+			HeldMS      int64  `json:"held_ms"`
+			LeaseLeftMS int64  `json:"lease_left_ms"`
+		} `json:"holders"`
+		Waiters []struct {
+			Entry     string `json:"entry"`
+			Position  int    `json:"position"`
+			Host      string `json:"host"`
+			PID       int    `json:"pid"`
+			WaitingMS int64  `json:"waiting_ms"`
+		} `json:"waiters"`
+	} `json:"keys"`
+}
+
+// populate fills s's namespace through the test's own session:
+//
+//	k1 (limit 1): holder h1; waiters w1, w2, w3
+//	k2 (limit 2): holder h2
+//	k3 (limit 1): waiter w3 (it waits for k1 and k3 at once)
+func populate(t *testing.T, s *server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sess := s.session(t)
+	k1 := lanes.Lane{Key: "k1", Limit: 1}
+	if _, err := sess.Acquire(ctx, lanes.Request{ID: "h1", Lanes: []lanes.Lane{k1}, Tool: "edit", CallID: "call-1", Tenant: "acme"}); err != nil {
+		t.Fatalf("Acquire(h1) = %v", err)
+	}
+	if _, err := sess.Acquire(ctx, lanes.Request{ID: "h2", Lanes: []lanes.Lane{{Key: "k2", Limit: 2}}}); err != nil {
+		t.Fatalf("Acquire(h2) = %v", err)
+	}
+	_, err := sess.Enqueue(ctx,
+		lanes.Request{ID: "w1", Lanes: []lanes.Lane{k1}},
+		lanes.Request{ID: "w2", Lanes: []lanes.Lane{k1}},
+		lanes.Request{ID: "w3", Lanes: []lanes.Lane{k1, {Key: "k3", Limit: 1}}},
+	)
+	if err != nil {
+		t.Fatalf("Enqueue(w1, w2, w3) = %v", err)
+	}
+}
+
+func TestStatusJSON(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runInProcess(t, s.args("status", "--json")...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("status --json = %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	var got statusJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("status --json printed %q: %v", out, err)
+	}
+	if got.Namespace != s.ns {
+		t.Errorf("namespace = %q; want %q", got.Namespace, s.ns)
+	}
+	var keys []string
+	for _, k := range got.Keys {
+		keys = append(keys, k.Key)
+	}
+	if !slices.Equal(keys, []string{"k1", "k2", "k3"}) {
+		t.Fatalf("keys = %q; want [k1 k2 k3]", keys)
+	}
+
+	k1 := got.Keys[0]
+	if k1.Limit != 1 || len(k1.Holders) != 1 || len(k1.Waiters) != 3 {
+		t.Fatalf("k1 = %+v; want limit 1, 1 holder, 3 waiters", k1)
+	}
+	h := k1.Holders[0]
+	if h.Entry != "h1" || h.Token != 1 || h.Host != "test-host" || h.PID != 4242 ||
+		h.Tool != "edit" || h.CallID != "call-1" || h.Tenant != "acme" {
+		t.Errorf("k1 holder = %+v; want h1, token 1, test-host:4242, edit, call-1, acme", h)
+	}
+	if h.HeldMS < 0 || h.LeaseLeftMS <= 0 || h.LeaseLeftMS > 10000 {
+		t.Errorf("k1 holder held_ms = %d, lease_left_ms = %d; want >= 0 and in (0, 10000]", h.HeldMS, h.LeaseLeftMS)
+	}
+	for i, w := range k1.Waiters {
+		want := []string{"w1", "w2", "w3"}[i]
+		if w.Entry != want || w.Position != i+1 || w.Host != "test-host" || w.PID != 4242 || w.WaitingMS < 0 {
+			t.Errorf("k1 waiter %d = %+v; want %s at position %d of test-host:4242", i, w, want, i+1)
+		}
+	}
+
+	k2 := got.Keys[1]
+	if k2.Limit != 2 || len(k2.Holders) != 1 || k2.Holders[0].Entry != "h2" || k2.Holders[0].Token != 1 {
+		t.Errorf("k2 = %+v; want limit 2, holder h2 with token 1", k2)
+	}
+	k3 := got.Keys[2]
+	if k3.Limit != 1 || len(k3.Holders) != 0 || len(k3.Waiters) != 1 || k3.Waiters[0].Entry != "w3" || k3.Waiters[0].Position != 1 {
+		t.Errorf("k3 = %+v; want limit 1, no holder, waiter w3 at position 1", k3)
+	}
+}
+
+// TestStatusJSONShape checks the field names of every object, and that
+// empty holders and waiters are arrays, never null.
+func TestStatusJSONShape(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	_, out, _ := runInProcess(t, s.args("status", "--json")...)
+	var raw struct {
+		Namespace string           `json:"namespace"`
+		Keys      []map[string]any `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"top":    {"namespace", "keys"},
+		"key":    {"holders", "key", "limit", "waiters"},
+		"holder": {"call_id", "entry", "held_ms", "host", "lease_left_ms", "pid", "tenant", "token", "tool"},
+		"waiter": {"entry", "host", "pid", "position", "waiting_ms"},
+	}
+	for _, k := range raw.Keys {
+		assertFields(t, "key", k, want["key"])
+		hs, ok1 := k["holders"].([]any)
+		ws, ok2 := k["waiters"].([]any)
+		if !ok1 || !ok2 {
+			t.Errorf("key %v: holders %v, waiters %v; want arrays", k["key"], k["holders"], k["waiters"])
+			continue
+		}
+		for _, h := range hs {
+			assertFields(t, "holder", h.(map[string]any), want["holder"])
+		}
+		for _, w := range ws {
+			assertFields(t, "waiter", w.(map[string]any), want["waiter"])
+		}
+	}
+}
+
+func assertFields(t *testing.T, what string, m map[string]any, want []string) {
+	t.Helper()
+	var got []string
+	for k := range m {
+		got = append(got, k)
+	}
+	sort.Strings(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("%s fields = %q; want %q", what, got, want)
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runInProcess(t, s.args("status")...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("status = %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 1+6 { // header, h1, w1, w2, w3, h2, w3 on k3
+		t.Fatalf("status printed %d lines; want 7:\n%s", len(lines), out)
+	}
+	for _, want := range []string{"KEY", "LIMIT", "ENTRY", "TOKEN", "LEASE LEFT"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("header %q lacks %q", lines[0], want)
+		}
+	}
+	for _, want := range []string{"h1", "held", "test-host:4242", "edit", "call-1", "acme"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("row %q lacks %q", lines[1], want)
+		}
+	}
+	for i, id := range []string{"w1", "w2", "w3"} {
+		if row := lines[2+i]; !strings.Contains(row, id) || !strings.Contains(row, "waiting") {
+			t.Errorf("row %q lacks %s waiting", row, id)
+		}
+	}
+	// Columns line up: every row has ENTRY where the header has it.
+	col := strings.Index(lines[0], "ENTRY")
+	for _, l := range lines[1:] {
+		if len(l) <= col || l[col-1] != ' ' || l[col] == ' ' {
+			t.Errorf("row %q is not aligned on the ENTRY column (%d)", l, col)
+		}
+	}
+}
+
+func TestStatusNamedKeys(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	_, out, _ := runInProcess(t, s.args("--json", "status", "k3", "nosuch")...)
+	var got statusJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Keys) != 1 || got.Keys[0].Key != "k3" {
+		t.Errorf("status k3 nosuch = %+v; want k3 only", got.Keys)
+	}
+}
+
+func TestStatusEmpty(t *testing.T) {
+	s := newMiniredis(t)
+	code, out, stderr := runInProcess(t, s.args("status", "--json")...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("status --json = %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if keys, ok := raw["keys"].([]any); !ok || len(keys) != 0 || raw["namespace"] != s.ns {
+		t.Errorf("status --json on an empty namespace = %s; want namespace %s and keys []", out, s.ns)
+	}
+	_, out, _ = runInProcess(t, s.args("status")...)
+	if out != "no holders or waiters\n" {
+		t.Errorf("status on an empty namespace = %q; want %q", out, "no holders or waiters\n")
+	}
+}
