@@ -1,0 +1,143 @@
+package integration_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// lanectl is the path of the binary built for this run.
+var lanectl string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lanes-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	lanectl = filepath.Join(dir, "lanectl")
+	build := exec.Command("go", "build", "-o", lanectl, "github.com/lanes-dev/lanes/cmd/lanectl")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building lanectl:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func redisURL() string {
+	for _, v := range []string{"LANES_REDIS_URL", "REDIS_URL"} {
+		if u := os.Getenv(v); u != "" {
+			return u
+		}
+	}
+	return "redis://127.0.0.1:6379"
+}
+
+// namespace is a fresh namespace on the real Redis server and a Backend to
+// inspect it; its keys are deleted when the test ends. It skips the test,
+// visibly, when no server answers.
+func namespace(t *testing.T) (string, *redislane.Backend, redis.UniversalClient) {
+	t.Helper()
+	opt, err := redis.ParseURL(redisURL())
+	if err != nil {
+		t.Fatalf("LANES_REDIS_URL: %v", err)
+	}
+	c := redis.NewClient(opt)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		c.Close()
+		t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL", redisURL(), err)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ns := "it-" + hex.EncodeToString(b[:])
+	be, err := redislane.New(c, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		be.Close()
+		c.Del(context.Background(), be.Keys()...)
+		c.Close()
+	})
+	return ns, be, c
+}
+
+// snapshot returns key's state.
+func snapshot(t *testing.T, b *redislane.Backend, key string) lanes.KeyState {
+	t.Helper()
+	snap, err := b.Inspect(context.Background(), []string{key})
+	if err != nil {
+		t.Fatalf("Inspect(%q) = %v", key, err)
+	}
+	for _, ks := range snap.Keys {
+		if ks.Key == key {
+			return ks
+		}
+	}
+	return lanes.KeyState{Key: key}
+}
+
+func has(ks lanes.KeyState, entry string) (holder, waiter bool) {
+	for _, h := range ks.Holders {
+		holder = holder || h.ID == entry
+	}
+	for _, w := range ks.Waiters {
+		waiter = waiter || w.ID == entry
+	}
+	return
+}
+
+// until polls cond every 5ms until it holds, failing the test after limit.
+func until(t *testing.T, limit time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			t.Fatalf("%s: not true after %v", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// assertNamespaceEmpty checks that no holder, waiter or entry is left: only
+// the fencing counters and the sequence number, which never expire.
+func assertNamespaceEmpty(t *testing.T, b *redislane.Backend, c redis.UniversalClient) {
+	t.Helper()
+	snap, err := b.Inspect(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Keys) != 0 {
+		t.Fatalf("namespace still has keys with holders or waiters: %+v", snap.Keys)
+	}
+	keys := b.Keys()
+	if n := c.Exists(context.Background(), keys[:5]...).Val(); n != 0 {
+		t.Fatalf("%d of the namespace's state keys %v still exist", n, keys[:5])
+	}
+}
+
+// lockCmd is one `lanectl lock` process in its own process group, so a
+// SIGKILL of the group takes its child along, as a crashed machine would.
+func lockCmd(ns string, args ...string) *exec.Cmd {
+	cmd := exec.Command(lanectl, append([]string{"--redis", redisURL(), "--namespace", ns, "lock"}, args...)...)
+	cmd.SysProcAttr = groupAttr()
+	cmd.Stderr = os.Stderr
+	return cmd
+}
