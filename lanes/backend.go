@@ -38,8 +38,11 @@ type Backend interface {
 
 	// Release removes each listed entry whatever its state (a holder's slots
 	// pass on; a waiter leaves every queue) and reports what each was. Ids the
-	// backend does not have are reported Gone and change nothing.
-	Release(ctx context.Context, ids []string) (Released, error)
+	// backend does not have are reported Gone and change nothing. by is the
+	// caller's owner id, or "" for an operator: the owners of removed entries
+	// other than by get a hint, so a lease released by force learns it at
+	// once rather than at its next heartbeat.
+	Release(ctx context.Context, by string, ids []string) (Released, error)
 
 	// Inspect returns the holders and waiters of the listed keys, or of every
 	// key that has any when keys is empty.

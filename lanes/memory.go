@@ -60,11 +60,13 @@ func NewMemory(opts ...MemoryOption) *Memory {
 	return m
 }
 
-// step is the bookkeeping of one atomic step: what it granted, to tell owners.
+// step is the bookkeeping of one atomic step: what it granted or removed on
+// someone else's behalf, to tell the owners.
 type step struct {
 	m       *Memory
 	now     time.Time
 	granted []*memEntry
+	removed []*memEntry
 }
 
 // Enqueue implements Backend.
@@ -163,7 +165,7 @@ func (m *Memory) Heartbeat(ctx context.Context, ttl time.Duration, ids []string)
 }
 
 // Release implements Backend.
-func (m *Memory) Release(ctx context.Context, ids []string) (Released, error) {
+func (m *Memory) Release(ctx context.Context, by string, ids []string) (Released, error) {
 	if err := ctx.Err(); err != nil {
 		return Released{}, err
 	}
@@ -181,6 +183,9 @@ func (m *Memory) Release(ctx context.Context, ids []string) (Released, error) {
 			rel.Was[i] = Held
 		}
 		m.remove(e, touched)
+		if e.Owner.ID != by {
+			st.removed = append(st.removed, e)
+		}
 	}
 	st.scan(touched)
 	for _, e := range st.granted {
@@ -351,14 +356,14 @@ func (e *memEntry) clone() Entry {
 	return c
 }
 
-// notify tells each owner which of its entries the step granted. It runs
-// after m.mu is released.
+// notify tells each owner which of its entries the step granted, or removed
+// on someone else's behalf. It runs after m.mu is released.
 func (st *step) notify() {
-	if len(st.granted) == 0 {
+	if len(st.granted)+len(st.removed) == 0 {
 		return
 	}
 	byOwner := map[string][]string{}
-	for _, e := range st.granted {
+	for _, e := range append(st.granted, st.removed...) {
 		byOwner[e.Owner.ID] = append(byOwner[e.Owner.ID], e.ID)
 	}
 	st.m.mu.Lock()

@@ -255,7 +255,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		// The caller gave up while the step was in flight: whatever it
 		// enqueued leaves at once rather than at the end of its TTL.
 		rctx, cancel := context.WithTimeout(values, s.releaseTimeout)
-		_, _ = s.b.Release(rctx, sentIDs)
+		_, _ = s.b.Release(rctx, s.owner.ID, sentIDs)
 		cancel()
 		return nil, s.waitError(ctx)
 	}
@@ -374,7 +374,7 @@ func (s *Session) releaseLater(id string) {
 		defer s.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 		defer cancel()
-		_, _ = s.b.Release(ctx, []string{id}) // best effort: the TTL ends it anyway
+		_, _ = s.b.Release(ctx, s.owner.ID, []string{id}) // best effort: the TTL ends it anyway
 	}()
 }
 
@@ -383,7 +383,7 @@ func (s *Session) releaseLater(id string) {
 func (s *Session) release(ctx context.Context, id string) (State, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
-	r, err := s.b.Release(ctx, []string{id})
+	r, err := s.b.Release(ctx, s.owner.ID, []string{id})
 	if err != nil {
 		return Gone, err
 	}
@@ -393,12 +393,13 @@ func (s *Session) release(ctx context.Context, id string) (State, error) {
 	return r.Was[0], nil
 }
 
-// hint is the Backend's grant hint: it wakes the loop to poll those entries.
+// hint is the Backend's hint that those entries changed (granted, or
+// removed by someone else): it wakes the loop to poll them.
 func (s *Session) hint(ids []string) {
 	s.mu.Lock()
 	n := 0
 	for _, id := range ids {
-		if e := s.entries[id]; e != nil && e.lease == nil {
+		if e := s.entries[id]; e != nil {
 			s.hinted[id] = true
 			n++
 		}
@@ -507,7 +508,7 @@ func (s *Session) Close() error {
 	if len(ids) > 0 {
 		slices.Sort(ids)
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
-		_, err = s.b.Release(ctx, ids)
+		_, err = s.b.Release(ctx, s.owner.ID, ids)
 		cancel()
 	}
 	s.unsubscribe()

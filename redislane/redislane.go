@@ -48,10 +48,12 @@ type Backend struct {
 	keys []string // the seven KEYS of every script, in lib.lua's order
 	wake string   // prefix of the grant-hint channels
 
-	mu     sync.Mutex
+	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
-	hints  map[string]func([]string) // channel -> hint
-	readMu sync.WaitGroup
+	reader sync.WaitGroup
+
+	hintsMu sync.RWMutex
+	hints   map[string]func([]string) // channel -> hint
 }
 
 var _ lanes.Backend = (*Backend)(nil)
@@ -168,12 +170,12 @@ func (b *Backend) Heartbeat(ctx context.Context, ttl time.Duration, ids []string
 }
 
 // Release implements lanes.Backend in one round trip.
-func (b *Backend) Release(ctx context.Context, ids []string) (lanes.Released, error) {
+func (b *Backend) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
 	if len(ids) == 0 {
 		return lanes.Released{}, nil
 	}
-	args := make([]any, 0, len(ids)+1)
-	args = append(args, b.wake)
+	args := make([]any, 0, len(ids)+2)
+	args = append(args, b.wake, by)
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -211,22 +213,25 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 // published meanwhile are lost, and the Session's polling covers them.
 func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]string)) (func(), error) {
 	ch := b.wake + owner
+	b.hintsMu.Lock()
+	b.hints[ch] = hint
+	b.hintsMu.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.ps == nil {
 		b.ps = b.c.Subscribe(context.WithoutCancel(ctx))
 		msgs := b.ps.Channel()
-		b.readMu.Add(1)
+		b.reader.Add(1)
 		go b.read(msgs)
 	}
 	if err := b.ps.Subscribe(ctx, ch); err != nil {
+		b.forget(ch)
 		return nil, b.mapErr(err)
 	}
-	b.hints[ch] = hint
 	return func() {
+		b.forget(ch)
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		delete(b.hints, ch)
 		if b.ps != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -235,12 +240,18 @@ func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]strin
 	}, nil
 }
 
+func (b *Backend) forget(ch string) {
+	b.hintsMu.Lock()
+	defer b.hintsMu.Unlock()
+	delete(b.hints, ch)
+}
+
 func (b *Backend) read(msgs <-chan *redis.Message) {
-	defer b.readMu.Done()
+	defer b.reader.Done()
 	for m := range msgs {
-		b.mu.Lock()
+		b.hintsMu.RLock()
 		hint := b.hints[m.Channel]
-		b.mu.Unlock()
+		b.hintsMu.RUnlock()
 		if hint != nil {
 			hint(strings.Fields(m.Payload))
 		}
@@ -257,7 +268,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	err := ps.Close()
-	b.readMu.Wait()
+	b.reader.Wait()
 	return err
 }
 

@@ -63,7 +63,7 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 		return o.global.unavailable(err)
 	}
 	known := entryKeys(snap)
-	rel, err := b.Release(ctx, o.ids)
+	rel, err := b.Release(ctx, "", o.ids) // an operator's: every owner hears of it
 	if err != nil {
 		return o.global.unavailable(err)
 	}

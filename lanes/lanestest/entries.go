@@ -32,7 +32,7 @@ func testIdempotent(t *testing.T, inst Instance) {
 		t.Fatalf("after the retry: holders %v waiters %v; want [h] [w]", holderIDs(ks), waiterIDs(ks))
 	}
 	// One step removes every listed entry first, then grants: w leaves as a waiter.
-	if r, err := b.Release(ctxT(t), []string{"h", "w", "h"}); err != nil || r.Was[0] != lanes.Held || r.Was[1] != lanes.Waiting || r.Was[2] != lanes.Gone || len(r.Granted) != 0 {
+	if r, err := b.Release(ctxT(t), o.ID, []string{"h", "w", "h"}); err != nil || r.Was[0] != lanes.Held || r.Was[1] != lanes.Waiting || r.Was[2] != lanes.Gone || len(r.Granted) != 0 {
 		t.Fatalf("Release(h, w, h) = %+v, %v; want Was [held waiting gone], nothing granted", r, err)
 	}
 }

@@ -44,11 +44,11 @@ func (f *Faulty) Heartbeat(ctx context.Context, ttl time.Duration, ids []string)
 }
 
 // Release implements lanes.Backend.
-func (f *Faulty) Release(ctx context.Context, ids []string) (lanes.Released, error) {
+func (f *Faulty) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
 	if err := f.check(); err != nil {
 		return lanes.Released{}, err
 	}
-	return f.Backend.Release(ctx, ids)
+	return f.Backend.Release(ctx, by, ids)
 }
 
 // Inspect implements lanes.Backend.

@@ -104,19 +104,20 @@ func testLostBeforeRegrant(t *testing.T, inst Instance) {
 	}
 }
 
-// Invariant 6: a lease released by force (`lanectl release --force`) is lost.
+// Invariant 6: a lease released by force (`lanectl release --force`) is lost,
+// and its holder hears of it from the backend's hint, not its next poll.
 func testForceRelease(t *testing.T, inst Instance) {
-	s := session(t, inst.Backend)
+	s := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	h := acquire(t, s, req("h", "k", 1))
 	w := enqueue(t, s, req("w", "k", 1))[0]
-	r, err := inst.Backend.Release(ctxT(t), []string{"h"})
+	r, err := inst.Backend.Release(ctxT(t), "", []string{"h"})
 	if err != nil || len(r.Was) != 1 || r.Was[0] != lanes.Held || !equal(r.Granted, []string{"w"}) {
 		t.Fatalf("Release(h) = %+v, %v; want Was [held], Granted [w]", r, err)
 	}
 	select {
 	case <-h.Lost():
-	case <-ctxT(t).Done():
-		t.Fatal("a lease released by force never reported its loss")
+	case <-time.After(5 * time.Second): // its next poll is 20s away
+		t.Fatal("a lease released by force did not hear of it within 5s")
 	}
 	if err := h.Release(ctxT(t)); !errors.Is(err, lanes.ErrLeaseLost) {
 		t.Fatalf("Release() after a forced release = %v; want ErrLeaseLost", err)

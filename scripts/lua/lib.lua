@@ -50,8 +50,9 @@ local function store(e)
   redis.call('HSET', K_ENTRIES, e.id, cjson.encode(e))
 end
 
--- entries granted by this step that someone else must be told about
-local granted = {}
+-- entries granted by this step that someone else must be told about, and
+-- entries removed on someone else's behalf (release.lua)
+local granted, hinted = {}, {}
 
 -- eligible: on every key of the waiting entry e, its holders plus the
 -- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
@@ -154,12 +155,13 @@ local function status(e, positions)
   return {e.id, 'w', detail}
 end
 
--- finish publishes one grant hint per owner (a space-separated list of its
--- granted entry ids) and sets the safety-net TTL: state keys outlive the
+-- finish publishes one hint per owner (a space-separated list of its
+-- entries granted or removed on its behalf) and sets the safety-net TTL: state keys outlive the
 -- latest deadline by a minute, so a namespace whose every process died is
 -- cleaned up even if nobody calls again. Tokens and seq never expire.
 local function finish()
   local by, order = {}, {}
+  for _, e in ipairs(hinted) do granted[#granted + 1] = e end
   for _, e in ipairs(granted) do
     if not by[e.o] then
       by[e.o] = {}

@@ -3,24 +3,28 @@
 -- Used for release, for cancel, and for `lanectl release --force`.
 --
 -- KEYS: the seven of lib.lua.
--- ARGV: [1] hint channel prefix, [2...] entry ids.
+-- ARGV: [1] hint channel prefix, [2] the caller's owner id ("" for an
+--       operator), [3...] entry ids.
 -- Reply: {{state per id: "h", "w" or "g" (not there)}, {ids granted}}.
+-- The owners of removed entries other than the caller get a hint with
+-- those ids, so a lease released by force learns it at once.
 
 reap()
 
-local touched, was = {}, {}
-for i = 2, #ARGV do
+local by = ARGV[2]
+local touched, was, ids = {}, {}, {}
+for i = 3, #ARGV do
   local e = load(ARGV[i])
   if e then
     was[#was + 1] = e.s
     remove(e, touched)
+    if e.o ~= by then hinted[#hinted + 1] = e end
   else
     was[#was + 1] = 'g'
   end
 end
 scan(touched)
 
-local ids = {}
 for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
 finish()
 return {was, ids}
