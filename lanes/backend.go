@@ -21,8 +21,12 @@ type Backend interface {
 	// Enqueue places each request in the queue of every lane it names, in
 	// the order given, in one atomic step, and grants those that are
 	// eligible (DESIGN.md invariants 2 to 4). A request whose ID exists
-	// already is not enqueued again: its Status is returned as it stands,
-	// its deadline is renewed and owner takes it over (invariant 8).
+	// already is not enqueued again (invariant 8): for the same owner (a
+	// retry) its Status is returned as it stands and its deadline renewed;
+	// a waiting entry of another owner (a restarted runner taking its batch
+	// over) passes to owner, keeps its place, and its old owner is told; a
+	// held entry of another owner is refused: its Status carries an error
+	// wrapping ErrNotHolder, and the entry is left alone.
 	//
 	// Each entry's deadline is the backend's clock plus ttl. The returned
 	// slice has one Status per request, in order; Waiting ones carry their
@@ -30,18 +34,20 @@ type Backend interface {
 	// and enqueues none of reqs.
 	Enqueue(ctx context.Context, owner Owner, ttl time.Duration, reqs []Request) ([]Status, error)
 
-	// Heartbeat renews the deadline of each listed entry to the backend's
-	// clock plus ttl and returns its Status (one per id, in order): Held with
-	// its tokens, Waiting, or Gone when the backend no longer has it. It
-	// never re-creates a Gone entry.
-	Heartbeat(ctx context.Context, ttl time.Duration, ids []string) ([]Status, error)
+	// Heartbeat renews the deadline of each listed entry that owner owns to
+	// the backend's clock plus ttl and returns its Status (one per id, in
+	// order): Held with its tokens, Waiting, or Gone when the backend no
+	// longer has it or another owner took it over. It never re-creates a
+	// Gone entry.
+	Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]Status, error)
 
 	// Release removes each listed entry whatever its state (a holder's slots
-	// pass on; a waiter leaves every queue) and reports what each was. Ids the
-	// backend does not have are reported Gone and change nothing. by is the
-	// caller's owner id, or "" for an operator: the owners of removed entries
-	// other than by get a hint, so a lease released by force learns it at
-	// once rather than at its next heartbeat.
+	// pass on; a waiter leaves every queue) and reports what each was. by is
+	// the caller's owner id: it removes only its own entries, so a late
+	// release never removes an entry another owner took over. by "" is an
+	// operator (`lanectl release --force`): it removes any entry, and the
+	// owners get a hint, so a lease released by force learns it at once. Ids
+	// not removed are reported Gone and change nothing.
 	Release(ctx context.Context, by string, ids []string) (Released, error)
 
 	// Inspect returns the holders and waiters of the listed keys, or of every
@@ -87,6 +93,10 @@ type Status struct {
 	// Positions holds, for a Waiting entry returned by Enqueue, its place in
 	// each key's queue counted from 1. Heartbeat leaves it nil.
 	Positions map[string]int
+	// Err is set when Enqueue refused this one request (its State is Gone):
+	// an id held by another owner (ErrNotHolder). The batch's other
+	// requests are enqueued.
+	Err error
 }
 
 // Released reports what a Release step removed.

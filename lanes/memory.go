@@ -66,8 +66,11 @@ type step struct {
 	m       *Memory
 	now     time.Time
 	granted []*memEntry
-	removed []*memEntry
+	told    []hint // entries removed or taken over on someone else's behalf
 }
+
+// hint is one entry id to tell its (former) owner about.
+type hint struct{ owner, id string }
 
 // Enqueue implements Backend.
 func (m *Memory) Enqueue(ctx context.Context, owner Owner, ttl time.Duration, reqs []Request) ([]Status, error) {
@@ -114,8 +117,15 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 	out := make([]Status, len(reqs))
 	for i, r := range reqs {
 		e := m.entries[r.ID]
+		if e != nil && e.Owner.ID != owner.ID && e.held {
+			out[i] = Status{ID: r.ID, State: Gone, Err: heldElsewhere(r.ID, e.Owner)}
+			continue
+		}
 		if e != nil {
-			e.Owner = owner
+			if e.Owner.ID != owner.ID {
+				st.told = append(st.told, hint{e.Owner.ID, e.ID}) // its old owner learns it is gone
+				e.Owner = owner
+			}
 			e.deadline = st.now.Add(ttl)
 			out[i] = m.status(e, true)
 			continue
@@ -143,7 +153,7 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 }
 
 // Heartbeat implements Backend.
-func (m *Memory) Heartbeat(ctx context.Context, ttl time.Duration, ids []string) ([]Status, error) {
+func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]Status, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -152,7 +162,7 @@ func (m *Memory) Heartbeat(ctx context.Context, ttl time.Duration, ids []string)
 	out := make([]Status, len(ids))
 	for i, id := range ids {
 		e := m.entries[id]
-		if e == nil {
+		if e == nil || e.Owner.ID != owner {
 			out[i] = Status{ID: id, State: Gone}
 			continue
 		}
@@ -175,7 +185,7 @@ func (m *Memory) Release(ctx context.Context, by string, ids []string) (Released
 	touched := map[string]bool{}
 	for i, id := range ids {
 		e := m.entries[id]
-		if e == nil {
+		if e == nil || (by != "" && e.Owner.ID != by) {
 			continue
 		}
 		rel.Was[i] = Waiting
@@ -184,7 +194,7 @@ func (m *Memory) Release(ctx context.Context, by string, ids []string) (Released
 		}
 		m.remove(e, touched)
 		if e.Owner.ID != by {
-			st.removed = append(st.removed, e)
+			st.told = append(st.told, hint{e.Owner.ID, e.ID})
 		}
 	}
 	st.scan(touched)
@@ -330,6 +340,12 @@ func (st *step) grant(e *memEntry, notify bool) {
 	}
 }
 
+// heldElsewhere is the error of an Enqueue that names an id another owner
+// holds.
+func heldElsewhere(id string, o Owner) error {
+	return fmt.Errorf("%w: entry %s is held by another owner (%s pid %d); entry ids must be unique per call", ErrNotHolder, id, o.Host, o.PID)
+}
+
 func (m *Memory) status(e *memEntry, positions bool) Status {
 	s := Status{ID: e.ID, State: Waiting}
 	if e.held {
@@ -359,12 +375,15 @@ func (e *memEntry) clone() Entry {
 // notify tells each owner which of its entries the step granted, or removed
 // on someone else's behalf. It runs after m.mu is released.
 func (st *step) notify() {
-	if len(st.granted)+len(st.removed) == 0 {
+	if len(st.granted)+len(st.told) == 0 {
 		return
 	}
 	byOwner := map[string][]string{}
-	for _, e := range append(st.granted, st.removed...) {
+	for _, e := range st.granted {
 		byOwner[e.Owner.ID] = append(byOwner[e.Owner.ID], e.ID)
+	}
+	for _, h := range st.told {
+		byOwner[h.owner] = append(byOwner[h.owner], h.id)
 	}
 	st.m.mu.Lock()
 	hints := make(map[string]func([]string), len(byOwner))

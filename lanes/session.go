@@ -306,6 +306,12 @@ func (s *Session) apply(e *entry, st Status, sent time.Time) {
 	if e.finished {
 		return
 	}
+	if st.Err != nil {
+		s.untrack(e)
+		e.err = st.Err
+		close(e.ready)
+		return
+	}
 	switch st.State {
 	case Held:
 		if e.lease == nil {
@@ -319,9 +325,9 @@ func (s *Session) apply(e *entry, st Status, sent time.Time) {
 		}
 	case Gone:
 		if e.lease != nil {
-			s.lose(e, fmt.Errorf("%w: entry %s is no longer held by the backend (expired or released by force)", ErrLeaseLost, e.id))
+			s.lose(e, fmt.Errorf("%w: entry %s is no longer held by the backend (expired, or released by force)", ErrLeaseLost, e.id))
 		} else {
-			s.fail(e, fmt.Errorf("%w: entry %s was evicted from its queues (expired or released by force)", ErrLeaseLost, e.id))
+			s.fail(e, fmt.Errorf("%w: entry %s was evicted from its queues (expired, released by force, or taken over by another owner)", ErrLeaseLost, e.id))
 		}
 	}
 }
@@ -460,7 +466,7 @@ func (s *Session) beat(hintedOnly bool) {
 
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
-	sts, err := s.b.Heartbeat(ctx, s.ttl, ids)
+	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
 	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()

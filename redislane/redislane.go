@@ -153,12 +153,12 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 }
 
 // Heartbeat implements lanes.Backend in one round trip.
-func (b *Backend) Heartbeat(ctx context.Context, ttl time.Duration, ids []string) ([]lanes.Status, error) {
+func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]lanes.Status, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, b.wake, ms(ttl))
+	args := make([]any, 0, len(ids)+3)
+	args = append(args, b.wake, ms(ttl), owner)
 	for _, id := range ids {
 		args = append(args, id)
 	}

@@ -33,7 +33,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		id, _ := f[0].(string)
 		state, _ := f[1].(string)
 		detail, ok := f[2].([]any)
-		if !ok || len(detail)%2 != 0 {
+		if !ok || (state != "e" && len(detail)%2 != 0) || (state == "e" && len(detail) != 1) {
 			return nil, malformed("status", v)
 		}
 		st := lanes.Status{ID: id}
@@ -62,6 +62,9 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			}
 		case "g":
 			st.State = lanes.Gone
+		case "e":
+			msg, _ := detail[0].(string)
+			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrNotHolder, msg)
 		default:
 			return nil, malformed("status", v)
 		}

@@ -1,6 +1,7 @@
 package lanestest
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -106,4 +107,44 @@ func testInvalid(t *testing.T, inst Instance) {
 			t.Errorf("Enqueue(%+v) = %v; want ErrInvalid", r, err)
 		}
 	}
+}
+
+// Invariant 8, made safe: an id held by a live owner is not taken over by
+// another (two processes that reuse an id must not both hold the lane).
+func testTakeoverOfHeldRefused(t *testing.T, inst Instance) {
+	a, b := session(t, inst.Backend), session(t, inst.Backend)
+	l := acquire(t, a, req("x", "k", 1))
+	ts := enqueue(t, b, req("x", "k", 1))
+	if _, err := ts[0].Wait(ctxT(t)); !errors.Is(err, lanes.ErrNotHolder) {
+		t.Fatalf("Wait() on an id another owner holds = %v; want ErrNotHolder", err)
+	}
+	ks := inspect(t, inst.Backend, "k")
+	if len(ks.Holders) != 1 || ks.Holders[0].Owner.ID != a.Owner().ID {
+		t.Fatalf("holders after the refused takeover: %+v; want x of the first owner", ks.Holders)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the first holder's lease: %v; want held", err)
+	}
+	release(t, l)
+}
+
+// Invariant 8: a waiting entry taken over by a restarted runner keeps its
+// place, and its old owner, if alive, hears at once that it lost it.
+func testTakeoverOfWaiterTellsOldOwner(t *testing.T, inst Instance) {
+	holder := session(t, inst.Backend)
+	old := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	restarted := session(t, inst.Backend)
+	h := acquire(t, holder, req("h", "k", 1))
+	w := enqueue(t, old, req("w", "k", 1))[0]
+	taken := enqueue(t, restarted, req("w", "k", 1))[0]
+	if p := taken.Positions()["k"]; p != 1 {
+		t.Fatalf("taken-over entry at position %d; want 1", p)
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second) // the old owner's poll is 20s away
+	defer cancel()
+	if _, err := w.Wait(ctx); !errors.Is(err, lanes.ErrLeaseLost) {
+		t.Fatalf("the old owner's Wait() = %v; want ErrLeaseLost at once", err)
+	}
+	release(t, h)
+	release(t, wait(t, taken))
 }

@@ -36,11 +36,11 @@ func (f *Faulty) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration, 
 }
 
 // Heartbeat implements lanes.Backend.
-func (f *Faulty) Heartbeat(ctx context.Context, ttl time.Duration, ids []string) ([]lanes.Status, error) {
+func (f *Faulty) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]lanes.Status, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	return f.Backend.Heartbeat(ctx, ttl, ids)
+	return f.Backend.Heartbeat(ctx, owner, ttl, ids)
 }
 
 // Release implements lanes.Backend.

@@ -57,6 +57,8 @@ func Run(t *testing.T, h Harness) {
 		{"CancelAfterGrantGivesItBack", testCancelAfterGrant},
 		{"IdempotentEntries", testIdempotent},
 		{"RestartedBatchKeepsOrder", testRestartKeepsOrder},
+		{"TakeoverOfHeldEntryRefused", testTakeoverOfHeldRefused},
+		{"TakeoverOfWaiterTellsOldOwner", testTakeoverOfWaiterTellsOldOwner},
 		{"LimitsAgree", testLimitsAgree},
 		{"BackendDown", testBackendDown},
 		{"ReleaseTwiceAndAfterLoss", testReleaseResults},

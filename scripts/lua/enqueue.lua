@@ -6,10 +6,13 @@
 --       [5] pid, [6] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,
 --        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty).
--- Reply: one status per request, in order: {id, "h", {key, token, ...}}
---        or {id, "w", {key, position from 1, ...}}. An id that exists
---        already keeps its place and state, renews its deadline, and
---        passes to this owner.
+-- Reply: one status per request, in order: {id, "h", {key, token, ...}},
+--        {id, "w", {key, position from 1, ...}}, or {id, "e", {message}}
+--        when that one request is refused. An id that exists already is
+--        not enqueued again: for the same owner (a retry) it keeps its
+--        place and state and renews its deadline; a waiting entry of
+--        another owner passes to this owner, keeping its place, and the old
+--        owner gets a hint; a held entry of another owner is refused ("e").
 -- Errors: LANES_BADARG <what>; LANES_LIMIT <recorded> <requested> <key>
 --        when a key's recorded limit differs; then nothing is enqueued.
 
@@ -45,9 +48,17 @@ end
 local out = {}
 for i, r in ipairs(reqs) do
   local e = load(r.id)
-  if e then
-    e.o, e.h, e.p = owner, host, pid
-    store(e)
+  if e and e.o ~= owner and e.s == 'h' then
+    out[i] = {r.id, 'e', {string.format('entry %s is held by another owner (%s pid %s); entry ids must be unique per call',
+      r.id, e.h or '?', tostring(e.p))}}
+  elseif e then
+    if e.o ~= owner then
+      told[#told + 1] = {e.o, e.id} -- its old owner learns it is gone
+      e.o, e.h, e.p = owner, host, pid
+      store(e)
+    end
+    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+    out[i] = status(e, true)
   else
     local seq = redis.call('INCR', K_SEQ)
     e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
@@ -57,9 +68,9 @@ for i, r in ipairs(reqs) do
       redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], seq, r.id))
     end
     if eligible(e) then grant(e, false) else store(e) end
+    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+    out[i] = status(e, true)
   end
-  redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
-  out[i] = status(e, true)
 end
 
 finish()

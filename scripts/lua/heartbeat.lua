@@ -3,9 +3,11 @@
 -- for hinted waiters at once. It never re-creates an entry that is gone.
 --
 -- KEYS: the seven of lib.lua.
--- ARGV: [1] hint channel prefix, [2] TTL (ms), [3...] entry ids.
+-- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id,
+--       [4...] entry ids.
 -- Reply: one status per id, in order: {id, "h", {key, token, ...}},
---        {id, "w", {}} or {id, "g", {}} (gone: expired or released).
+--        {id, "w", {}} or {id, "g", {}} (gone: expired, released, or
+--        taken over by another owner; then it is not renewed).
 -- Errors: LANES_BADARG <what>.
 
 local ttl = tonumber(ARGV[2])
@@ -15,11 +17,12 @@ end
 
 reap()
 
+local owner = ARGV[3]
 local out = {}
-for i = 3, #ARGV do
+for i = 4, #ARGV do
   local id = ARGV[i]
   local e = load(id)
-  if e then
+  if e and e.o == owner then
     redis.call('ZADD', K_DEADLINES, NOW + ttl, id)
     out[#out + 1] = status(e, false)
   else

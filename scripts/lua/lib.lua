@@ -50,9 +50,10 @@ local function store(e)
   redis.call('HSET', K_ENTRIES, e.id, cjson.encode(e))
 end
 
--- entries granted by this step that someone else must be told about, and
--- entries removed on someone else's behalf (release.lua)
-local granted, hinted = {}, {}
+-- entries granted by this step, which their owners must be told about, and
+-- {owner, id} pairs of entries removed or taken over on someone else's
+-- behalf, which their former owners must be told about
+local granted, told = {}, {}
 
 -- eligible: on every key of the waiting entry e, its holders plus the
 -- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
@@ -156,18 +157,20 @@ local function status(e, positions)
 end
 
 -- finish publishes one hint per owner (a space-separated list of its
--- entries granted or removed on its behalf) and sets the safety-net TTL: state keys outlive the
+-- entries granted, or removed or taken over by someone else) and sets the
+-- safety-net TTL: state keys outlive the
 -- latest deadline by a minute, so a namespace whose every process died is
 -- cleaned up even if nobody calls again. Tokens and seq never expire.
 local function finish()
   local by, order = {}, {}
-  for _, e in ipairs(hinted) do granted[#granted + 1] = e end
-  for _, e in ipairs(granted) do
-    if not by[e.o] then
-      by[e.o] = {}
-      order[#order + 1] = e.o
+  for _, e in ipairs(granted) do told[#told + 1] = {e.o, e.id} end
+  for _, t in ipairs(told) do
+    local o, id = t[1], t[2]
+    if not by[o] then
+      by[o] = {}
+      order[#order + 1] = o
     end
-    table.insert(by[e.o], e.id)
+    table.insert(by[o], id)
   end
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, table.concat(by[o], ' '))

@@ -6,8 +6,9 @@
 -- ARGV: [1] hint channel prefix, [2] the caller's owner id ("" for an
 --       operator), [3...] entry ids.
 -- Reply: {{state per id: "h", "w" or "g" (not there)}, {ids granted}}.
--- The owners of removed entries other than the caller get a hint with
--- those ids, so a lease released by force learns it at once.
+-- A caller removes only its own entries: another owner's is reported "g"
+-- and left alone. An operator ("") removes any entry, and their owners get
+-- a hint with those ids, so a lease released by force learns it at once.
 
 reap()
 
@@ -15,10 +16,10 @@ local by = ARGV[2]
 local touched, was, ids = {}, {}, {}
 for i = 3, #ARGV do
   local e = load(ARGV[i])
-  if e then
+  if e and (by == '' or e.o == by) then
     was[#was + 1] = e.s
     remove(e, touched)
-    if e.o ~= by then hinted[#hinted + 1] = e end
+    if e.o ~= by then told[#told + 1] = {e.o, e.id} end
   else
     was[#was + 1] = 'g'
   end
