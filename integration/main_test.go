@@ -2,8 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/redislane"
 )
@@ -38,44 +37,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func redisURL() string {
-	for _, v := range []string{"LANES_REDIS_URL", "REDIS_URL"} {
-		if u := os.Getenv(v); u != "" {
-			return u
-		}
-	}
-	return "redis://127.0.0.1:6379"
-}
+func redisURL() string { return redistest.URL() }
 
 // namespace is a fresh namespace on the real Redis server and a Backend to
 // inspect it; its keys are deleted when the test ends. It skips the test,
 // visibly, when no server answers.
 func namespace(t *testing.T) (string, *redislane.Backend, redis.UniversalClient) {
 	t.Helper()
-	opt, err := redis.ParseURL(redisURL())
-	if err != nil {
-		t.Fatalf("LANES_REDIS_URL: %v", err)
-	}
-	c := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL", redisURL(), err)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	ns := "it-" + hex.EncodeToString(b[:])
-	be, err := redislane.New(c, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		be.Close()
-		c.Del(context.Background(), be.Keys()...)
-		c.Close()
-	})
-	return ns, be, c
+	c := redistest.Client(t)
+	b := redistest.Backend(t, c, "it-")
+	return b.Namespace(), b, c
 }
 
 // snapshot returns key's state.

@@ -2,10 +2,7 @@ package sched_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -15,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/lanes"
-	"github.com/lanes-dev/lanes/redislane"
 	"github.com/lanes-dev/lanes/sched"
 )
 
@@ -28,51 +25,18 @@ type backend struct {
 	new  func(t *testing.T) lanes.Backend
 }
 
-func redisURL() string {
-	for _, v := range []string{"LANES_REDIS_URL", "REDIS_URL"} {
-		if u := os.Getenv(v); u != "" {
-			return u
-		}
-	}
-	return "redis://127.0.0.1:6379"
-}
-
-func redisBackend(t *testing.T, c *redis.Client) lanes.Backend {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	be, err := redislane.New(c, "sched-"+hex.EncodeToString(b[:]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		be.Close()
-		c.Del(context.Background(), be.Keys()...)
-		c.Close()
-	})
-	return be
-}
-
 // backends are the three the scheduler's rules are checked on: in memory,
 // miniredis, and the real Redis server (skipped, visibly, when none answers).
 var backends = []backend{
 	{"memory", func(t *testing.T) lanes.Backend { return lanes.NewMemory() }},
 	{"miniredis", func(t *testing.T) lanes.Backend {
 		m := miniredis.RunT(t)
-		return redisBackend(t, redis.NewClient(&redis.Options{Addr: m.Addr()}))
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		return redistest.Backend(t, c, "sched-")
 	}},
 	{"redis", func(t *testing.T) lanes.Backend {
-		opt, err := redis.ParseURL(redisURL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := redis.NewClient(opt)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
-			t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL", redisURL(), err)
-		}
-		return redisBackend(t, c)
+		return redistest.Backend(t, redistest.Client(t), "sched-")
 	}},
 }
 
