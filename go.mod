@@ -3,6 +3,9 @@ module github.com/lanes-dev/lanes
 go 1.26.8
 
 require (
+	github.com/BurntSushi/toml v1.6.0
+	github.com/bsm/redislock v0.9.4
+	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/google/uuid v1.6.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0

@@ -26,6 +26,11 @@ const (
 	// is held with (lanes.ErrLimitMismatch).
 	exitUsage = 64
 
+	// exitDataErr (EX_DATAERR): `batch` could not use its --tools or
+	// --calls file: unreadable, not TOML or JSON, not a model response, or
+	// a configuration that does not validate (conflicting limits...).
+	exitDataErr = 65
+
 	// exitUnavailable (EX_UNAVAILABLE): Redis cannot be reached
 	// (lanes.ErrUnavailable).
 	exitUnavailable = 69

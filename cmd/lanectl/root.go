@@ -147,6 +147,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newStatusCommand(&statusOptions{global: g, open: g.open}),
 		newKeysCommand(&keysOptions{global: g, open: g.open}),
 		newReleaseCommand(&releaseOptions{global: g, open: g.open}),
+		newBatchCommand(&batchOptions{global: g, open: g.open}),
 	)
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // each Use line shows its flags

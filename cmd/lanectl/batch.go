@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/sched"
+	"github.com/lanes-dev/lanes/sched/batch"
+)
+
+// Bounds of `lanectl batch`.
+const (
+	maxOutputLines = 10  // lines of one call's output the table shows
+	maxRunID       = 128 // bytes of --run-id: an entry id is RUN-ID/CALL-ID
+)
+
+// batchOptions are the flags of `lanectl batch`.
+type batchOptions struct {
+	global *globalOptions
+	open   opener
+
+	tools  string
+	calls  string
+	tenant string
+	runID  string
+	local  bool
+	events bool
+}
+
+func newBatchCommand(o *batchOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "batch --tools FILE --calls FILE [--tenant T] [--run-id ID] [--local] [--events] [--json]",
+		Short: "Run the tool calls of one model response through the scheduler",
+		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
+OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
+through the batch scheduler, each tool an external command declared in the
+TOML file --tools, and prints the calls' outcomes in call order.
+
+A tool's command reads the call's arguments, JSON, on its standard input and
+writes its result on its standard output; its environment carries
+LANES_CALL_ID, LANES_TOOL, LANES_TENANT, LANES_ENTRY, LANES_OPERATION and
+LANES_TOKENS (key=token,... by lane key, such as concurrency:rfd=7).
+
+The lanes live in Redis (--redis), shared with every other batch of the
+namespace, or with --local in this process only. --events prints the
+scheduler's timeline to standard error.
+
+batch exits 0 once the batch ran, whatever its calls' outcomes; 65 when the
+--tools or --calls file cannot be read or is not valid; 128+N when signal N
+cancelled the batch (its outcomes are printed first).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("batch takes no arguments, got %q; name the files with --tools and --calls", args[0])
+			}
+			return o.complete()
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.tools, "tools", "", "TOML file declaring the tools and the runner's limits")
+	f.StringVar(&o.calls, "calls", "", "JSON model response whose tool calls to run; - for standard input")
+	f.StringVar(&o.tenant, "tenant", "", "tenant the calls run for (the runner's per_tenant lane)")
+	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries (default: a random one); re-running with the same id keeps the calls' places")
+	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
+	f.BoolVar(&o.events, "events", false, "print each scheduler event (queued, granted, started, finished) to standard error")
+	return cmd
+}
+
+// complete checks the flags before any file is read.
+func (o *batchOptions) complete() error {
+	switch {
+	case o.tools == "":
+		return usageErrorf("batch needs --tools FILE")
+	case o.calls == "":
+		return usageErrorf("batch needs --calls FILE (- for standard input)")
+	}
+	if o.runID != "" {
+		req := lanes.Request{ID: o.runID + "/call"}
+		if len(o.runID) > maxRunID || req.Validate() != nil {
+			return usageErrorf("bad --run-id %q: it must be printable, without spaces, at most %d bytes", o.runID, maxRunID)
+		}
+	}
+	if o.tenant != "" {
+		req := lanes.Request{ID: "x", Tenant: o.tenant, Lanes: []lanes.Lane{{Key: sched.TenantPrefix + o.tenant, Limit: 1}}}
+		if err := req.Validate(); err != nil {
+			return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
+		}
+	}
+	return nil
+}
+
+func (o *batchOptions) run(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	cfg, err := batch.LoadConfig(o.tools)
+	if err != nil {
+		return &exitError{code: exitDataErr, err: err}
+	}
+	calls, format, err := o.readCalls(cmd.InOrStdin())
+	if err != nil {
+		return &exitError{code: exitDataErr, err: err}
+	}
+
+	b, closeBackend, err := o.backend(ctx)
+	if err != nil {
+		return o.setupError(ctx, err)
+	}
+	defer closeBackend()
+	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	sess, err := lanes.NewSession(sctx, b)
+	cancel()
+	if err != nil {
+		return o.setupError(ctx, err)
+	}
+	defer sess.Close() // runs before closeBackend; a no-op once closed below
+	s, err := sched.New(cfg, sess)
+	if err != nil {
+		return &exitError{code: exitDataErr, err: fmt.Errorf("%s: %w", o.tools, err)}
+	}
+
+	opts := sched.Options{RunID: o.runID, Tenant: o.tenant}
+	start := time.Now()
+	if o.events {
+		stderr := cmd.ErrOrStderr()
+		fmt.Fprintf(stderr, "%8s  read %d tool calls (%s) from %s\n", "+0ms", len(calls), format, o.calls)
+		opts.OnEvent = func(e sched.Event) { printEvent(stderr, start, e) }
+	}
+	res, runErr := s.Run(ctx, calls, opts)
+	s.Wait() // bodies cut off by a timeout or the cancellation: their lanes stay held until they return
+	closeErr := sess.Close()
+	if runErr != nil {
+		return o.global.unavailable(runErr)
+	}
+	view := newBatchView(calls, res.Outcomes)
+	if o.global.json {
+		err = printBatchJSON(cmd.OutOrStdout(), view)
+	} else {
+		err = printBatchTable(cmd.OutOrStdout(), view)
+	}
+	if err != nil {
+		return err
+	}
+	if closeErr != nil && !o.local {
+		fmt.Fprintln(cmd.ErrOrStderr(), errorLine(fmt.Errorf("warning: could not release the batch's entries (they expire within %v): %w", sess.TTL(), o.global.unavailable(closeErr)), o.global.redisURL))
+	}
+	if sig, ok := interruption(ctx); ok {
+		return &interruptError{sig: sig, msg: fmt.Sprintf("interrupted by %s: the batch was cancelled; its outcomes are above", signalName(sig))}
+	}
+	return nil
+}
+
+// readCalls reads the --calls file (or standard input) and its tool calls.
+func (o *batchOptions) readCalls(stdin io.Reader) ([]sched.Call, batch.Format, error) {
+	var (
+		data []byte
+		err  error
+	)
+	name := o.calls
+	if o.calls == "-" {
+		name = "standard input"
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(o.calls)
+	}
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, "", fmt.Errorf("cannot read %s: %w", name, err)
+	}
+	calls, format, err := batch.ReadCalls(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	return calls, format, nil
+}
+
+// backend opens the lanes: Redis, or an in-process backend with --local.
+func (o *batchOptions) backend(ctx context.Context) (lanes.Backend, func(), error) {
+	if o.local {
+		return lanes.NewMemory(), func() {}, nil
+	}
+	return o.open(ctx)
+}
+
+// setupError is batch's answer to a failure to reach its lanes.
+func (o *batchOptions) setupError(ctx context.Context, err error) error {
+	if sig, ok := interruption(ctx); ok {
+		return &interruptError{sig: sig, msg: fmt.Sprintf("interrupted by %s before the batch started", signalName(sig))}
+	}
+	return o.global.unavailable(err)
+}
+
+// batchOutcome is one call's outcome as `batch --json` prints it: the
+// contract of its output.
+type batchOutcome struct {
+	ID       string            `json:"id"`
+	Tool     string            `json:"tool"`
+	Status   string            `json:"status"`
+	Output   string            `json:"output"`
+	Error    string            `json:"error"`
+	QueuedMS int64             `json:"queued_ms"`
+	RanMS    int64             `json:"ran_ms"`
+	Tokens   map[string]uint64 `json:"tokens"`
+}
+
+// newBatchView returns the outcomes of calls in call order, as printed.
+func newBatchView(calls []sched.Call, outcomes []sched.Outcome) []batchOutcome {
+	view := make([]batchOutcome, len(calls))
+	for i, c := range calls {
+		v := batchOutcome{ID: c.ID, Tool: c.Tool, Status: string(sched.NeverDispatched), Tokens: map[string]uint64{}}
+		if i < len(outcomes) {
+			oc := outcomes[i]
+			if oc.Status != "" {
+				v.Status = string(oc.Status)
+			}
+			v.Output = oc.Output
+			if oc.Err != nil {
+				v.Error = oc.Err.Error()
+			}
+			v.QueuedMS, v.RanMS = oc.Queued.Milliseconds(), oc.Ran.Milliseconds()
+			for k, t := range oc.Tokens {
+				v.Tokens[k] = t
+			}
+		}
+		if v.Status != string(sched.OK) && v.Error == "" {
+			v.Error = "not run"
+		}
+		view[i] = v
+	}
+	return view
+}
+
+func printBatchJSON(w io.Writer, view []batchOutcome) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(view)
+}
+
+// printBatchTable writes one line per call, its columns aligned, and under
+// it the call's output and error, indented.
+func printBatchTable(w io.Writer, view []batchOutcome) error {
+	if len(view) == 0 {
+		_, err := fmt.Fprintln(w, "no tool calls")
+		return err
+	}
+	var wid, wtool, wstatus int
+	for _, v := range view {
+		wid = max(wid, utf8.RuneCountInString(cell(v.ID)))
+		wtool = max(wtool, utf8.RuneCountInString(cell(v.Tool)))
+		wstatus = max(wstatus, len(v.Status))
+	}
+	var b strings.Builder
+	for _, v := range view {
+		line := pad(cell(v.ID), wid) + "  " + pad(cell(v.Tool), wtool) + "  " + pad(v.Status, wstatus) +
+			"  queued " + humanDuration(time.Duration(v.QueuedMS)*time.Millisecond) +
+			"  ran " + humanDuration(time.Duration(v.RanMS)*time.Millisecond)
+		if len(v.Tokens) > 0 {
+			line += "  tokens " + tokenList(v.Tokens)
+		}
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		if v.Output != "" {
+			lines := strings.Split(v.Output, "\n")
+			more := len(lines) - maxOutputLines
+			if more > 0 {
+				lines = lines[:maxOutputLines]
+			}
+			for _, l := range lines {
+				b.WriteString("    " + printable(l) + "\n")
+			}
+			if more > 0 {
+				fmt.Fprintf(&b, "    … %d more lines (--json prints the whole output)\n", more)
+			}
+		}
+		if v.Error != "" {
+			b.WriteString("    error: " + printable(strings.ReplaceAll(v.Error, "\n", " ")) + "\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// tokenList writes tokens as key=token,... sorted by key.
+func tokenList(tokens map[string]uint64) string {
+	keys := make([]string, 0, len(tokens))
+	for k := range tokens {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		keys[i] = k + "=" + strconv.FormatUint(tokens[k], 10)
+	}
+	return strings.Join(keys, ",")
+}
+
+// printEvent writes one scheduler event as one line: time since the start,
+// kind, call (and operation), tool, and what the event says.
+func printEvent(w io.Writer, start time.Time, e sched.Event) {
+	call := cell(e.CallID)
+	if strings.Contains(e.Entry, "#") {
+		call += "#" + strconv.Itoa(e.Operation)
+	}
+	line := fmt.Sprintf("%8s  %-8s  %s  %s", "+"+humanDuration(e.Time.Sub(start)), e.Kind, call, cell(e.Tool))
+	switch {
+	case len(e.Positions) > 0:
+		pos := make(map[string]uint64, len(e.Positions))
+		for k, p := range e.Positions {
+			pos[k] = uint64(p)
+		}
+		line += "  positions " + tokenList(pos)
+	case len(e.Tokens) > 0:
+		line += "  tokens " + tokenList(e.Tokens)
+	}
+	if e.Status != "" {
+		line += "  " + string(e.Status)
+	}
+	if e.Why != "" {
+		line += ": " + e.Why
+	}
+	fmt.Fprintln(w, printable(strings.ReplaceAll(line, "\n", " ")))
+}
+
+// pad right-pads s with spaces to width runes.
+func pad(s string, width int) string {
+	if n := utf8.RuneCountInString(s); n < width {
+		return s + strings.Repeat(" ", width-n)
+	}
+	return s
+}
+
+// printable replaces the control characters of s but tabs, so a tool's
+// output cannot move the terminal's cursor.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) && r != '\t' {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
+}

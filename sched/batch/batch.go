@@ -1,0 +1,113 @@
+// Package batch holds the files of one batch run: the TOML form of a
+// sched.Config (LoadConfig, ParseConfig), tool bodies that run external
+// commands (Command), and the tool calls of one model response in the
+// Anthropic Messages, OpenAI Chat Completions or OpenAI Responses form
+// (ReadCalls). `lanectl batch` puts them together.
+//
+// The TOML form of a configuration, every key optional but a tool's command:
+//
+//	[runner]
+//	max_concurrent_tools = 8        # the turn lane, at least 1; default 10
+//	per_tenant = 16                 # 0 or unset: unbounded
+//	per_tool = { search = 4 }       # per declared tool; 0: unbounded
+//	parallel_tool_calls = true      # default true
+//	on_tool_error = "surface"       # or "fail_run"
+//	workspace = "."                 # root of relative file: lock keys and the
+//	                                # tools' working directory; relative to this
+//	                                # file's directory; default: the working directory
+//
+//	[tools.rfd_renumber]
+//	command = ["./tools/rfd", "renumber"]  # argv; a relative path with a slash is
+//	                                       # taken against this file's directory,
+//	                                       # a bare name is looked up in PATH
+//	concurrency = { key = "rfd" }   # N | { key, limit } | { key } (limit 1) | 0
+//	safe = false                    # unset: read_only_hint decides
+//	read_only_hint = true           # the MCP annotation
+//	idempotent = true
+//	timeout = "10s"                 # a Go duration; counts the execution only
+//	fan_out = { on_error = "stop" } # or "continue"; also fan_out = true
+//	enabled = false                 # disabled tools are still validated
+//	lock_keys = ["file:{path}", "draft:{id}"]
+//
+// A lock key template puts the top-level argument NAME, a string or a
+// number, in place of {NAME}. A template that starts with "file:" maps the
+// rest through sched.FileKey against the workspace, so every spelling of one
+// file gives one key. A call whose arguments lack one, or hold something
+// else there, fails with "could not tell what the call changes".
+//
+// Decoding is strict: an unknown key, a key spelled with other capitals, or
+// a value of the wrong type is an error naming the key.
+package batch
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	"github.com/lanes-dev/lanes/sched"
+)
+
+// ConfigError is a configuration that does not parse, or does not hold
+// together. Each problem names its TOML key (tools.NAME.FIELD). It is
+// sched.ErrConfig to errors.Is.
+type ConfigError struct {
+	File     string   // the file it came from, when LoadConfig read one
+	Problems []string // one line each
+	err      error    // the TOML syntax error or Validate's error, if one
+}
+
+func (e *ConfigError) Error() string {
+	msg := strings.Join(e.Problems, "; ")
+	if e.File != "" {
+		msg = e.File + ": " + msg
+	}
+	return msg
+}
+
+// Is reports whether target is sched.ErrConfig.
+func (e *ConfigError) Is(target error) bool { return target == sched.ErrConfig }
+
+// Unwrap returns the TOML parser's error or Validate's, when one caused e.
+func (e *ConfigError) Unwrap() error { return e.err }
+
+// LoadConfig reads the TOML configuration at path; relative paths in it
+// (a command, the workspace) are taken against the file's directory. Its
+// error is one line that starts with path.
+func LoadConfig(path string) (sched.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return sched.Config{}, fmt.Errorf("cannot read %s: %w", path, err)
+	}
+	cfg, err := ParseConfig(data, filepath.Dir(path))
+	if err != nil {
+		if ce, ok := err.(*ConfigError); ok {
+			ce.File = path
+			return sched.Config{}, ce
+		}
+		return sched.Config{}, &ConfigError{File: path, Problems: []string{oneLine(err.Error())}}
+	}
+	return cfg, nil
+}
+
+// oneLine returns s on one line: line breaks become "; ", other control
+// characters spaces, invalid UTF-8 a replacement character, and runs of
+// spaces one space.
+func oneLine(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.IsSpace(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.Join(strings.Fields(s), " ")
+}

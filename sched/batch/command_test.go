@@ -1,0 +1,262 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/sched"
+	"github.com/lanes-dev/lanes/sched/batch"
+)
+
+// inv is an Invocation with every field set.
+var inv = sched.Invocation{
+	CallID: "toolu_01", Tool: "rfd_renumber", Args: []byte(`{"rfd": 129, "note": "a\nb"}`),
+	Operation: 2, Tenant: "acme", Entry: "run-1/toolu_01#2",
+	Tokens: map[string]uint64{"lock:draft:1": 3, "concurrency:rfd": 7, "tenant:acme": 12},
+}
+
+func TestCommandArgumentsEnvironmentResult(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LANES_TOKENS", "inherited") // replaced, not kept
+	sh := script(t, filepath.Join(dir, "tool"), `cat > "$1/stdin"
+for v in LANES_CALL_ID LANES_TOOL LANES_TENANT LANES_ENTRY LANES_TOKENS LANES_OPERATION; do
+  eval "printf '%s=%s\n' $v \"\$$v\"" >> "$1/env"
+done
+env | grep -c '^LANES_TOKENS=' > "$1/count"
+printf 'the result\n'`)
+	out, err := batch.Command([]string{sh, dir}, "")(context.Background(), inv)
+	if err != nil || out != "the result" {
+		t.Fatalf("Command() = %q, %v; want %q, nil", out, err, "the result")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "stdin")); string(b) != string(inv.Args) {
+		t.Errorf("the command read %q on stdin; want %q", b, inv.Args)
+	}
+	want := strings.Join([]string{
+		"LANES_CALL_ID=toolu_01", "LANES_TOOL=rfd_renumber", "LANES_TENANT=acme", "LANES_ENTRY=run-1/toolu_01#2",
+		"LANES_TOKENS=concurrency:rfd=7,lock:draft:1=3,tenant:acme=12", "LANES_OPERATION=2", "",
+	}, "\n")
+	if b, _ := os.ReadFile(filepath.Join(dir, "env")); string(b) != want {
+		t.Errorf("the command's environment:\n%s\nwant:\n%s", b, want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "count")); string(b) != "1\n" {
+		t.Errorf("LANES_TOKENS appears %q times; want once", b)
+	}
+}
+
+func TestCommandTrimsOneNewline(t *testing.T) {
+	for _, tt := range []struct{ printf, want string }{
+		{`a\n\n`, "a\n"}, {`a`, "a"}, {`\n`, ""}, {`a\r\n`, "a\r"}, {``, ""},
+	} {
+		out, err := batch.Command([]string{"printf", tt.printf}, "")(context.Background(), inv)
+		if err != nil || out != tt.want {
+			t.Errorf("printf %q = %q, %v; want %q", tt.printf, out, err, tt.want)
+		}
+	}
+}
+
+func TestCommandExitStatus(t *testing.T) {
+	sh := script(t, filepath.Join(t.TempDir(), "fail"), `echo partial; echo "first problem" >&2; echo "second problem" >&2; exit 3`)
+	out, err := batch.Command([]string{sh}, "")(context.Background(), inv)
+	assertOneLine(t, err)
+	if want := "exit status 3: first problem; second problem"; err.Error() != want || out != "partial" {
+		t.Errorf("Command() = %q, %q; want %q, %q", out, err, "partial", want)
+	}
+}
+
+func TestCommandStderrTail(t *testing.T) {
+	sh := script(t, filepath.Join(t.TempDir(), "noisy"), `i=0; while [ $i -lt 300 ]; do echo "noise line $i" >&2; i=$((i+1)); done; echo THE-END >&2; exit 1`)
+	_, err := batch.Command([]string{sh}, "")(context.Background(), inv)
+	assertOneLine(t, err)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "exit status 1: …") || !strings.HasSuffix(msg, "THE-END") || len(msg) > 2*batch.StderrTail+32 {
+		t.Errorf("Command() = %q (%d bytes); want exit status 1, the last %d bytes of stderr (lines joined by semicolons) ending in THE-END", msg, len(msg), batch.StderrTail)
+	}
+}
+
+func TestCommandNotFound(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-tool")
+	for _, argv0 := range []string{missing, "lanes-test-no-such-command"} {
+		out, err := batch.Command([]string{argv0, "x"}, "")(context.Background(), inv)
+		assertOneLine(t, err)
+		if want := "command not found: " + argv0; err.Error() != want || out != "" {
+			t.Errorf("Command(%s) = %q, %v; want %q", argv0, out, err, want)
+		}
+	}
+	// A relative path is taken against dir.
+	_, err := batch.Command([]string{"./no-such-tool"}, dir)(context.Background(), inv)
+	if want := "command not found: " + missing; err == nil || err.Error() != want {
+		t.Errorf("Command(./no-such-tool) in %s = %v; want %q", dir, err, want)
+	}
+}
+
+func TestCommandNotExecutable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := batch.Command([]string{path}, "")(context.Background(), inv)
+	assertOneLine(t, err)
+	if want := "cannot run " + path + ": permission denied"; err.Error() != want {
+		t.Errorf("Command(not executable) = %v; want %q", err, want)
+	}
+}
+
+func TestCommandOutputLimit(t *testing.T) {
+	n := strconv.Itoa(batch.MaxOutput + 1)
+	out, err := batch.Command([]string{"head", "-c", n, "/dev/zero"}, "")(context.Background(), inv)
+	if err == nil || !strings.Contains(err.Error(), "more than 16 MiB") || out != "" {
+		t.Errorf("Command(%s bytes of output) = %d bytes, %v; want an error saying more than 16 MiB", n, len(out), err)
+	}
+	out, err = batch.Command([]string{"head", "-c", strconv.Itoa(batch.MaxOutput), "/dev/zero"}, "")(context.Background(), inv)
+	if err != nil || len(out) != batch.MaxOutput {
+		t.Errorf("Command(16 MiB of output) = %d bytes, %v; want all of it", len(out), err)
+	}
+}
+
+// runUntilReady starts body on a context it cancels once the file ready
+// holds a pid, and returns that pid and what body returned.
+func runUntilReady(t *testing.T, body sched.Body, ready string) (int, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := body(ctx, inv)
+		done <- result{out, err}
+	}()
+	var pid int
+	eventually(t, "the command writes its pid", func() bool {
+		b, err := os.ReadFile(ready)
+		if err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		return err == nil && pid > 0
+	})
+	cancel()
+	r := <-done
+	return pid, r.out, r.err
+}
+
+// gone reports whether process pid has ended: it does not exist, or it is
+// a zombie waiting for its new parent to reap it.
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return os.IsNotExist(err)
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(rest, "Z")
+}
+
+// TestCommandCancelKillsChild cancels the context of a command that runs
+// sleep 60: sleep gets SIGTERM and is gone when the body returns.
+func TestCommandCancelKillsChild(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "sleeper"), `echo $$ > "$1"; exec sleep 60`)
+	pid, _, err := runUntilReady(t, batch.Command([]string{sh, ready}, ""), ready)
+	assertOneLine(t, err)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "killed by SIGTERM") {
+		t.Errorf("Command() cancelled = %v; want context.Canceled, killed by SIGTERM", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill(%d, 0) after the body returned = %v; want ESRCH: sleep still runs", pid, err)
+	}
+}
+
+// TestCommandCancelKillsProcessGroup cancels a script that runs sleep 60 in
+// the background and waits for it: the signal reaches its whole process
+// group, sleep included.
+func TestCommandCancelKillsProcessGroup(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "parent"), `sleep 60 & echo $! > "$1"; wait`)
+	pid, _, err := runUntilReady(t, batch.Command([]string{sh, ready}, ""), ready)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Command() cancelled = %v; want context.Canceled", err)
+	}
+	eventually(t, "the background sleep is gone", func() bool { return gone(pid) })
+}
+
+// TestCommandIgnoringSIGTERMIsKilled cancels a command that ignores
+// SIGTERM: it gets SIGKILL KillAfter later.
+func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skipf("waits %v for SIGKILL", batch.KillAfter)
+	}
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "stubborn"), `trap '' TERM; echo $$ > "$1"; exec sleep 60`)
+	pid, _, err := runUntilReady(t, batch.Command([]string{sh, ready}, ""), ready)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "killed by SIGKILL") {
+		t.Errorf("Command() cancelled, SIGTERM ignored = %v; want context.Canceled, killed by SIGKILL", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("kill(%d, 0) after the body returned = %v; want ESRCH", pid, err)
+	}
+}
+
+// TestCommandChildHoldingOutput runs a command that exits while a child it
+// started in the background keeps its standard output open: the body
+// returns KillAfter later with an error, and the child is killed.
+func TestCommandChildHoldingOutput(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skipf("waits %v for the output to close", batch.KillAfter)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "daemon"), `sleep 60 & echo $! > "$1"; echo started`)
+	out, err := batch.Command([]string{sh, pidFile}, "")(context.Background(), inv)
+	assertOneLine(t, err)
+	if out != "started" || err == nil || !strings.Contains(err.Error(), "exit status 0, but a process it started still held its output") {
+		t.Errorf("Command() = %q, %v; want started and an error about the process left behind", out, err)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if pid <= 0 {
+		t.Fatalf("pid file holds %q", b)
+	}
+	eventually(t, "the background sleep is gone", func() bool { return gone(pid) })
+}
+
+func TestCommandContextDoneBeforeStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	marker := filepath.Join(t.TempDir(), "ran")
+	_, err := batch.Command([]string{"touch", marker}, "")(ctx, inv)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Command() on a done context = %v; want context.Canceled", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the command ran on a done context")
+	}
+}
+
+// eventually polls cond until it holds, or fails t after 20s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

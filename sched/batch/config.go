@@ -1,0 +1,443 @@
+package batch
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/sched"
+)
+
+// The TOML form as decoded: every field a Primitive, so that each is
+// checked, and reported, under its own key. MetaData.Undecoded then lists
+// the keys no field took: the unknown ones.
+type (
+	fileTOML struct {
+		Runner toml.Primitive `toml:"runner"`
+		Tools  toml.Primitive `toml:"tools"`
+	}
+	runnerTOML struct {
+		MaxConcurrentTools toml.Primitive `toml:"max_concurrent_tools"`
+		PerTenant          toml.Primitive `toml:"per_tenant"`
+		PerTool            toml.Primitive `toml:"per_tool"`
+		ParallelToolCalls  toml.Primitive `toml:"parallel_tool_calls"`
+		OnToolError        toml.Primitive `toml:"on_tool_error"`
+		Workspace          toml.Primitive `toml:"workspace"`
+	}
+	toolTOML struct {
+		Command      toml.Primitive `toml:"command"`
+		Concurrency  toml.Primitive `toml:"concurrency"`
+		Safe         toml.Primitive `toml:"safe"`
+		ReadOnlyHint toml.Primitive `toml:"read_only_hint"`
+		Idempotent   toml.Primitive `toml:"idempotent"`
+		Timeout      toml.Primitive `toml:"timeout"`
+		FanOut       toml.Primitive `toml:"fan_out"`
+		Enabled      toml.Primitive `toml:"enabled"`
+		LockKeys     toml.Primitive `toml:"lock_keys"`
+	}
+	concurrencyTOML struct {
+		Key   toml.Primitive `toml:"key"`
+		Limit toml.Primitive `toml:"limit"`
+	}
+	fanOutTOML struct {
+		OnError toml.Primitive `toml:"on_error"`
+	}
+)
+
+// ParseConfig parses the TOML form of a configuration (see the package
+// documentation) and validates it with sched.Config.Validate. dir is
+// the directory of the file it came from: a relative command path and the
+// workspace are taken against it ("" means the working directory).
+//
+// Its error is a *ConfigError, one line, each problem naming its key:
+// `tools.rfd.timeout: "ten seconds" is not a duration`.
+func ParseConfig(data []byte, dir string) (sched.Config, error) {
+	var f fileTOML
+	md, err := toml.Decode(string(data), &f)
+	if err != nil {
+		return sched.Config{}, &ConfigError{Problems: []string{oneLine(err.Error())}, err: err}
+	}
+	p := &parser{md: md}
+	cfg := sched.Config{Runner: sched.DefaultRunner(), Tools: map[string]sched.Tool{}}
+	workspace := ""
+	if p.has(toml.Key{"runner"}) {
+		workspace = p.runner(&cfg.Runner, f.Runner, dir)
+	}
+	if k := (toml.Key{"tools"}); p.has(k) {
+		var tools map[string]toml.Primitive
+		if p.table(k, f.Tools, &tools) {
+			names := make([]string, 0, len(tools))
+			for n := range tools {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				if t, ok := p.tool(n, tools[n], dir, workspace); ok {
+					cfg.Tools[n] = t
+				}
+			}
+		}
+	}
+	p.unknownKeys()
+	if len(p.problems) > 0 {
+		return sched.Config{}, &ConfigError{Problems: p.problems}
+	}
+	if err := cfg.Validate(); err != nil {
+		msg := strings.TrimPrefix(err.Error(), sched.ErrConfig.Error()+": ")
+		return sched.Config{}, &ConfigError{Problems: []string{oneLine(msg)}, err: err}
+	}
+	return cfg, nil
+}
+
+// parser collects the problems of one configuration.
+type parser struct {
+	md       toml.MetaData
+	problems []string
+	bad      []toml.Key // keys with a problem: nothing under them is reported again
+}
+
+func (p *parser) fail(k toml.Key, format string, a ...any) {
+	p.problems = append(p.problems, oneLine(k.String()+": "+fmt.Sprintf(format, a...)))
+	p.bad = append(p.bad, k)
+}
+
+func (p *parser) has(k toml.Key) bool { return p.md.IsDefined(k...) }
+
+// at returns k with name appended, without sharing k's array.
+func at(k toml.Key, name string) toml.Key { return append(slices.Clip(k), name) }
+
+// value returns the plain Go value of v, at k, which must be defined.
+func (p *parser) value(k toml.Key, v toml.Primitive) any {
+	var x any
+	if err := p.md.PrimitiveDecode(v, &x); err != nil {
+		p.fail(k, "%v", err)
+		return nil
+	}
+	return x
+}
+
+// table decodes the table v at k into into (a struct of Primitives or a map
+// of them), which marks its known keys decoded.
+func (p *parser) table(k toml.Key, v toml.Primitive, into any) bool {
+	x := p.value(k, v)
+	if _, ok := x.(map[string]any); !ok {
+		if x != nil {
+			p.fail(k, "must be a table, not %s", describe(x))
+		}
+		return false
+	}
+	if err := p.md.PrimitiveDecode(v, into); err != nil {
+		p.fail(k, "%v", err)
+		return false
+	}
+	return true
+}
+
+// limit returns the integer x at k, a limit of at least lowest.
+func (p *parser) limit(k toml.Key, x any, lowest int64) (int, bool) {
+	n, ok := x.(int64)
+	switch {
+	case !ok:
+		p.fail(k, "must be an integer, not %s", describe(x))
+	case n < lowest && lowest == 0:
+		p.fail(k, "%d is negative", n)
+	case n < lowest:
+		p.fail(k, "%d is below %d", n, lowest)
+	case n > lanes.MaxLimit:
+		p.fail(k, "%d is above the largest limit, %d", n, lanes.MaxLimit)
+	default:
+		return int(n), true
+	}
+	return 0, false
+}
+
+func (p *parser) bool(k toml.Key, v toml.Primitive) (bool, bool) {
+	x := p.value(k, v)
+	b, ok := x.(bool)
+	if !ok {
+		p.fail(k, "must be true or false, not %s", describe(x))
+	}
+	return b, ok
+}
+
+func (p *parser) string(k toml.Key, v toml.Primitive) (string, bool) {
+	x := p.value(k, v)
+	s, ok := x.(string)
+	if !ok {
+		p.fail(k, "must be a string, not %s", describe(x))
+	}
+	return s, ok
+}
+
+func (p *parser) strings(k toml.Key, v toml.Primitive) ([]string, bool) {
+	x := p.value(k, v)
+	list, ok := x.([]any)
+	if !ok {
+		p.fail(k, "must be an array of strings, not %s", describe(x))
+		return nil, false
+	}
+	out := make([]string, len(list))
+	for i, e := range list {
+		s, ok := e.(string)
+		if !ok {
+			p.fail(k, "element %d must be a string, not %s", i, describe(e))
+			return nil, false
+		}
+		out[i] = s
+	}
+	return out, true
+}
+
+// runner decodes [runner] into r and returns the workspace root, absolute,
+// or "" for the working directory.
+func (p *parser) runner(r *sched.Runner, v toml.Primitive, dir string) (workspace string) {
+	k := toml.Key{"runner"}
+	var rt runnerTOML
+	if !p.table(k, v, &rt) {
+		return ""
+	}
+	if f := at(k, "max_concurrent_tools"); p.has(f) {
+		if n, ok := p.limit(f, p.value(f, rt.MaxConcurrentTools), 1); ok {
+			r.MaxConcurrentTools = n
+		}
+	}
+	if f := at(k, "per_tenant"); p.has(f) {
+		if n, ok := p.limit(f, p.value(f, rt.PerTenant), 0); ok {
+			r.PerTenant = n
+		}
+	}
+	if f := at(k, "per_tool"); p.has(f) {
+		var per map[string]toml.Primitive
+		if p.table(f, rt.PerTool, &per) {
+			r.PerTool = map[string]int{}
+			for name, pv := range per {
+				tk := at(f, name)
+				if n, ok := p.limit(tk, p.value(tk, pv), 0); ok {
+					r.PerTool[name] = n
+				}
+			}
+		}
+	}
+	if f := at(k, "parallel_tool_calls"); p.has(f) {
+		if b, ok := p.bool(f, rt.ParallelToolCalls); ok {
+			r.ParallelToolCalls = b
+		}
+	}
+	if f := at(k, "on_tool_error"); p.has(f) {
+		if s, ok := p.string(f, rt.OnToolError); ok {
+			switch s {
+			case "surface":
+				r.OnToolError = sched.Surface
+			case "fail_run":
+				r.OnToolError = sched.FailRun
+			default:
+				p.fail(f, `must be "surface" or "fail_run", not %q`, s)
+			}
+		}
+	}
+	if f := at(k, "workspace"); p.has(f) {
+		if s, ok := p.string(f, rt.Workspace); ok {
+			workspace = p.workspace(f, s, dir)
+		}
+	}
+	return workspace
+}
+
+// workspace returns the absolute path of the workspace s, checked to be a
+// directory.
+func (p *parser) workspace(k toml.Key, s, dir string) string {
+	if s == "" {
+		p.fail(k, "is empty; leave it out for the working directory")
+		return ""
+	}
+	path := s
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, path)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		p.fail(k, "%q: %v", s, err)
+		return ""
+	case !fi.IsDir():
+		p.fail(k, "%q is not a directory", s)
+		return ""
+	}
+	return path
+}
+
+// tool decodes [tools.NAME].
+func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sched.Tool, bool) {
+	k := toml.Key{"tools", name}
+	var tt toolTOML
+	if !p.table(k, v, &tt) {
+		return sched.Tool{}, false
+	}
+	before := len(p.problems)
+	var t sched.Tool
+	if f := at(k, "enabled"); p.has(f) {
+		if b, ok := p.bool(f, tt.Enabled); ok {
+			t.Disabled = !b
+		}
+	}
+	if f := at(k, "command"); p.has(f) {
+		if argv, ok := p.strings(f, tt.Command); ok {
+			switch {
+			case len(argv) == 0:
+				p.fail(f, "is empty; it needs at least the program to run")
+			case argv[0] == "":
+				p.fail(f, "names an empty program")
+			default:
+				argv[0] = resolveCommand(argv[0], dir)
+				t.Run = Command(argv, workspace)
+			}
+		}
+	} else if !t.Disabled {
+		p.fail(f, "is missing; an enabled tool needs a command to run")
+	}
+	if f := at(k, "concurrency"); p.has(f) {
+		t.Concurrency, _ = p.concurrency(f, tt.Concurrency)
+	}
+	if f := at(k, "safe"); p.has(f) {
+		if b, ok := p.bool(f, tt.Safe); ok {
+			t.Safe = sched.Always(b)
+		}
+	}
+	if f := at(k, "read_only_hint"); p.has(f) {
+		t.ReadOnlyHint, _ = p.bool(f, tt.ReadOnlyHint)
+	}
+	if f := at(k, "idempotent"); p.has(f) {
+		t.Idempotent, _ = p.bool(f, tt.Idempotent)
+	}
+	if f := at(k, "timeout"); p.has(f) {
+		if s, ok := p.string(f, tt.Timeout); ok {
+			d, err := time.ParseDuration(s)
+			switch {
+			case err != nil:
+				p.fail(f, `%q is not a duration (write one like "10s" or "1m30s")`, s)
+			case d < 0:
+				p.fail(f, "%q is negative", s)
+			default:
+				t.Timeout = d
+			}
+		}
+	}
+	if f := at(k, "fan_out"); p.has(f) {
+		t.FanOut = p.fanOut(f, tt.FanOut)
+	}
+	if f := at(k, "lock_keys"); p.has(f) {
+		if list, ok := p.strings(f, tt.LockKeys); ok {
+			ts := make([]template, 0, len(list))
+			for i, s := range list {
+				tpl, err := parseTemplate(s)
+				if err != nil {
+					p.fail(f, "element %d, %q: %v", i, s, err)
+					continue
+				}
+				ts = append(ts, tpl)
+			}
+			if len(ts) > 0 {
+				t.LockKeys = lockKeys(ts, workspace)
+			}
+		}
+	}
+	return t, len(p.problems) == before
+}
+
+// concurrency decodes the RFD 129 forms: N, { key, limit }, { key }.
+func (p *parser) concurrency(k toml.Key, v toml.Primitive) (sched.Concurrency, bool) {
+	switch x := p.value(k, v).(type) {
+	case int64:
+		n, ok := p.limit(k, x, 0)
+		return sched.Concurrency{Limit: n}, ok
+	case map[string]any:
+		var ct concurrencyTOML
+		if !p.table(k, v, &ct) {
+			return sched.Concurrency{}, false
+		}
+		c := sched.Concurrency{Limit: 1}
+		kk := at(k, "key")
+		if !p.has(kk) {
+			p.fail(k, `a table needs a key: { key = "name" } or { key = "name", limit = N }`)
+			return sched.Concurrency{}, false
+		}
+		s, ok := p.string(kk, ct.Key)
+		if !ok {
+			return sched.Concurrency{}, false
+		}
+		if s == "" {
+			p.fail(kk, "is empty")
+			return sched.Concurrency{}, false
+		}
+		c.Key = s
+		if lk := at(k, "limit"); p.has(lk) {
+			if c.Limit, ok = p.limit(lk, p.value(lk, ct.Limit), 0); !ok {
+				return sched.Concurrency{}, false
+			}
+		}
+		return c, true
+	case nil:
+		return sched.Concurrency{}, false
+	default:
+		p.fail(k, "must be an integer or a table { key, limit }, not %s", describe(x))
+		return sched.Concurrency{}, false
+	}
+}
+
+// fanOut decodes true, false or { on_error = "continue" | "stop" }.
+func (p *parser) fanOut(k toml.Key, v toml.Primitive) *sched.FanOut {
+	switch x := p.value(k, v).(type) {
+	case bool:
+		if x {
+			return &sched.FanOut{}
+		}
+		return nil
+	case map[string]any:
+		var ft fanOutTOML
+		if !p.table(k, v, &ft) {
+			return nil
+		}
+		fo := &sched.FanOut{}
+		if f := at(k, "on_error"); p.has(f) {
+			s, ok := p.string(f, ft.OnError)
+			switch {
+			case !ok:
+			case s == "continue":
+				fo.OnError = sched.Continue
+			case s == "stop":
+				fo.OnError = sched.Stop
+			default:
+				p.fail(f, `must be "continue" or "stop", not %q`, s)
+			}
+		}
+		return fo
+	case nil:
+		return nil
+	default:
+		p.fail(k, "must be true, false or a table { on_error = ... }, not %s", describe(x))
+		return nil
+	}
+}
+
+// resolveCommand returns the program argv0 names: a path with a slash that
+// is relative is taken against dir; a bare name is left for a PATH lookup.
+func resolveCommand(argv0, dir string) string {
+	if filepath.IsAbs(argv0) || !strings.ContainsRune(argv0, '/') && !strings.ContainsRune(argv0, filepath.Separator) {
+		return argv0
+	}
+	path := filepath.Join(dir, argv0)
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
+}

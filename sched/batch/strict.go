@@ -1,0 +1,136 @@
+package batch
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// The key names of each table, spelled exactly: the decoder also matches a
+// field whose name differs only in case, which this configuration does not
+// accept.
+var (
+	topKeys         = []string{"runner", "tools"}
+	runnerKeys      = []string{"max_concurrent_tools", "per_tenant", "per_tool", "parallel_tool_calls", "on_tool_error", "workspace"}
+	toolKeys        = []string{"command", "concurrency", "safe", "read_only_hint", "idempotent", "timeout", "fan_out", "enabled", "lock_keys"}
+	concurrencyKeys = []string{"key", "limit"}
+	fanOutKeys      = []string{"on_error"}
+)
+
+// unknownKeys reports, in file order, the keys no field took, and those a
+// field took only by ignoring case.
+func (p *parser) unknownKeys() {
+	undecoded := map[string]bool{}
+	for _, k := range p.md.Undecoded() {
+		undecoded[k.String()] = true
+	}
+	var reported []toml.Key
+	for _, k := range p.md.Keys() {
+		if under(k, p.bad) || under(k, reported) {
+			continue
+		}
+		names := namesAt(k)
+		last := k[len(k)-1]
+		if !undecoded[k.String()] && (names == nil || slices.Contains(names, last)) {
+			continue
+		}
+		msg := "unknown key"
+		if s := suggest(names, last); s != "" {
+			msg += fmt.Sprintf(" (did you mean %s?)", s)
+		} else if names != nil {
+			msg += " (known: " + strings.Join(names, ", ") + ")"
+		}
+		p.problems = append(p.problems, oneLine(k.String()+": "+msg))
+		reported = append(reported, k)
+	}
+}
+
+// namesAt returns the key names allowed for the last part of k, or nil when
+// any is (a tool name, a per_tool entry).
+func namesAt(k toml.Key) []string {
+	switch {
+	case len(k) == 1:
+		return topKeys
+	case k[0] == "runner" && len(k) == 2:
+		return runnerKeys
+	case k[0] == "tools" && len(k) == 3:
+		return toolKeys
+	case k[0] == "tools" && len(k) == 4 && k[2] == "concurrency":
+		return concurrencyKeys
+	case k[0] == "tools" && len(k) == 4 && k[2] == "fan_out":
+		return fanOutKeys
+	}
+	return nil
+}
+
+// under reports whether k is one of keys or lies under one.
+func under(k toml.Key, keys []toml.Key) bool {
+	for _, b := range keys {
+		if len(k) >= len(b) && slices.Equal(k[:len(b)], b) {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest returns the name of names that s most likely misspells, or "".
+func suggest(names []string, s string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if strings.EqualFold(n, s) {
+			return n
+		}
+		if d := distance(n, strings.ToLower(s)); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance of a and b, in bytes.
+func distance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return 64
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// describe names the TOML type of a decoded value, with an article.
+func describe(x any) string {
+	switch x := x.(type) {
+	case nil:
+		return "nothing"
+	case string:
+		return fmt.Sprintf("the string %.40q", x)
+	case int64:
+		return fmt.Sprintf("the integer %d", x)
+	case float64:
+		return fmt.Sprintf("the float %v", x)
+	case bool:
+		return fmt.Sprintf("the boolean %v", x)
+	case []any, []map[string]any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	default:
+		return "a date or time"
+	}
+}
