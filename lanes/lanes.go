@@ -133,6 +133,10 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// ValidateEntryID reports whether id can be an entry id: 1 to MaxIDLen bytes
+// of printable UTF-8 without spaces. Its error wraps ErrInvalid.
+func ValidateEntryID(id string) error { return validateID("entry id", id) }
+
 func validateID(what, id string) error {
 	switch {
 	case id == "":

@@ -223,8 +223,8 @@ func (c Config) Validate() error {
 	claims := map[string][]claim{}
 	for _, n := range names {
 		t := c.Tools[n]
-		if err := lanes.ValidateKey("tool:" + n); err != nil || strings.ContainsAny(n, " \t") {
-			add("tool name %q must be printable and without spaces", n)
+		if err := lanes.ValidateEntryID(n); err != nil || len(n) > lanes.MaxFieldLen {
+			add("tool name %.60q must be 1 to %d printable bytes without spaces", n, lanes.MaxFieldLen)
 			continue
 		}
 		switch {
@@ -275,8 +275,11 @@ func (c Config) Validate() error {
 	if r.MaxConcurrentTools < 0 {
 		add("runner: max_concurrent_tools %d is negative", r.MaxConcurrentTools)
 	}
-	if r.PerTenant < 0 {
-		add("runner: per_tenant %d is negative", r.PerTenant)
+	if r.PerTenant < 0 || r.PerTenant > lanes.MaxLimit {
+		add("runner: per_tenant %d is out of range 0..%d", r.PerTenant, lanes.MaxLimit)
+	}
+	if r.MaxConcurrentTools > lanes.MaxLimit {
+		add("runner: max_concurrent_tools %d is above %d", r.MaxConcurrentTools, lanes.MaxLimit)
 	}
 	tools := make([]string, 0, len(r.PerTool))
 	for n := range r.PerTool {
@@ -284,8 +287,8 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(tools)
 	for _, n := range tools {
-		if r.PerTool[n] < 0 {
-			add("runner: per_tool.%s = %d is negative", n, r.PerTool[n])
+		if r.PerTool[n] < 0 || r.PerTool[n] > lanes.MaxLimit {
+			add("runner: per_tool.%s = %d is out of range 0..%d", n, r.PerTool[n], lanes.MaxLimit)
 		}
 		if _, ok := c.Tools[n]; !ok {
 			add("runner: per_tool names %s, which is not a declared tool", n)

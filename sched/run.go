@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -144,8 +143,8 @@ func (r *run) run(parent context.Context) (*Result, error) {
 // check returns why call c cannot run at all, or "" (rule 1).
 func (r *run) check(c Call, seen map[string]bool) string {
 	switch {
-	case c.ID == "" || lanes.ValidateKey(c.ID) != nil || strings.ContainsAny(c.ID, " \t"):
-		return fmt.Sprintf("call id %q must be printable, without spaces", c.ID)
+	case c.ID == "" || lanes.ValidateEntryID(r.o.RunID+"/"+c.ID+"#99999") != nil:
+		return fmt.Sprintf("call id %.60q must be printable, without spaces, at most %d bytes with the run id", c.ID, lanes.MaxIDLen-7)
 	case seen[c.ID]:
 		return fmt.Sprintf("call id %s appears twice in the batch", c.ID)
 	}

@@ -62,6 +62,10 @@ type Outcome struct {
 	Status Status
 	Output string // the tool's result; for a fanned-out call, a JSON list of the operations' results
 	Err    error  // why, for every status but OK
+	// Queued is how long the call waited before its body started, counted
+	// from the batch's dispatch (after approvals): behind earlier phases,
+	// for the turn lane and for its lanes. Ran is how long its body ran, or
+	// until its outcome was reported (a timeout, a cancellation).
 	Queued time.Duration
 	Ran    time.Duration
 	Tokens map[string]uint64 // fencing token per lane key held
