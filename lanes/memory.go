@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -18,10 +19,11 @@ type Memory struct {
 	mu      sync.Mutex
 	seq     uint64
 	entries map[string]*memEntry
-	queues  map[string][]*memEntry // per key, in sequence order
-	holders map[string][]*memEntry // per key, in grant order
-	limits  map[string]int         // recorded while a key has holders or waiters
-	tokens  map[string]uint64      // last token per key; never deleted
+	queues  map[string][]*memEntry     // per key, in sequence order
+	holders map[string][]*memEntry     // per key, in grant order
+	limits  map[string]int             // recorded while a key has holders or waiters
+	tokens  map[string]uint64          // last token per key; never deleted
+	nested  map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
 	subs    map[string]func([]string)
 }
 
@@ -32,6 +34,10 @@ type memEntry struct {
 	granted  time.Time
 	deadline time.Time
 	tokens   map[string]uint64
+	// borrowed maps each key this entry takes by re-entry (DESIGN.md
+	// invariant 10) to the ancestor whose hold it spends: it is neither
+	// queued on nor holding such a key itself.
+	borrowed map[string]*memEntry
 }
 
 var _ Backend = (*Memory)(nil)
@@ -52,6 +58,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		holders: map[string][]*memEntry{},
 		limits:  map[string]int{},
 		tokens:  map[string]uint64{},
+		nested:  map[string]map[string]bool{},
 		subs:    map[string]func([]string){},
 	}
 	for _, o := range opts {
@@ -138,14 +145,34 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 			},
 			seq:      m.seq,
 			deadline: st.now.Add(ttl),
+			borrowed: map[string]*memEntry{},
 		}
 		m.entries[r.ID] = e
+		for _, a := range e.Lineage {
+			if m.nested[a] == nil {
+				m.nested[a] = map[string]bool{}
+			}
+			m.nested[a][e.ID] = true
+		}
 		for _, l := range r.Lanes {
 			m.limits[l.Key] = l.Limit
-			m.queues[l.Key] = append(m.queues[l.Key], e)
+			if h := m.ancestorHolding(e, l.Key); h != nil {
+				e.borrowed[l.Key] = h
+			} else {
+				m.queues[l.Key] = append(m.queues[l.Key], e)
+			}
 		}
-		if m.eligible(e) {
+		switch {
+		case m.eligible(e):
 			st.grant(e, false)
+		case len(e.Lineage) > 0:
+			if cerr := m.cycle(e); cerr != nil {
+				touched := map[string]bool{}
+				m.remove(e, touched)
+				st.scan(touched)
+				out[i] = Status{ID: r.ID, State: Gone, Err: cerr}
+				continue
+			}
 		}
 		out[i] = m.status(e, true)
 	}
@@ -273,7 +300,16 @@ func (m *Memory) begin() *step {
 
 // remove takes e out of the backend and records its keys in touched.
 func (m *Memory) remove(e *memEntry, touched map[string]bool) {
+	for _, a := range e.Lineage {
+		delete(m.nested[a], e.ID)
+		if len(m.nested[a]) == 0 {
+			delete(m.nested, a)
+		}
+	}
 	for _, l := range e.Lanes {
+		if e.borrowed[l.Key] != nil {
+			continue
+		}
 		if e.held {
 			m.holders[l.Key] = slices.DeleteFunc(m.holders[l.Key], func(x *memEntry) bool { return x == e })
 		} else {
@@ -313,9 +349,20 @@ func (st *step) scan(touched map[string]bool) {
 
 // eligible reports whether the waiting entry e may hold every key it named:
 // on each, its holders plus the entries queued before e are fewer than the
-// limit (DESIGN.md invariant 2).
+// limit (DESIGN.md invariant 2). A key e borrows from an ancestor needs no
+// room while the ancestor still holds it; once the ancestor let go, e joins
+// that key's queue at its own sequence number and waits like anyone.
 func (m *Memory) eligible(e *memEntry) bool {
 	for _, l := range e.Lanes {
+		if a := e.borrowed[l.Key]; a != nil {
+			if m.entries[a.ID] == a && a.held {
+				continue
+			}
+			delete(e.borrowed, l.Key)
+			q := m.queues[l.Key]
+			at, _ := slices.BinarySearchFunc(q, e.seq, func(x *memEntry, seq uint64) int { return cmp.Compare(x.seq, seq) })
+			m.queues[l.Key] = slices.Insert(q, at, e)
+		}
 		ahead := slices.Index(m.queues[l.Key], e)
 		if len(m.holders[l.Key])+ahead >= m.limits[l.Key] {
 			return false
@@ -330,6 +377,10 @@ func (st *step) grant(e *memEntry, notify bool) {
 	e.held, e.granted = true, st.now
 	e.tokens = make(map[string]uint64, len(e.Lanes))
 	for _, l := range e.Lanes {
+		if a := e.borrowed[l.Key]; a != nil {
+			e.tokens[l.Key] = a.tokens[l.Key] // the ancestor's slot and token
+			continue
+		}
 		m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 		m.holders[l.Key] = append(m.holders[l.Key], e)
 		m.tokens[l.Key]++
@@ -359,7 +410,9 @@ func (m *Memory) status(e *memEntry, positions bool) Status {
 	if positions {
 		s.Positions = make(map[string]int, len(e.Lanes))
 		for _, l := range e.Lanes {
-			s.Positions[l.Key] = slices.Index(m.queues[l.Key], e) + 1
+			if e.borrowed[l.Key] == nil {
+				s.Positions[l.Key] = slices.Index(m.queues[l.Key], e) + 1
+			}
 		}
 	}
 	return s

@@ -45,7 +45,7 @@ const DefaultPrefix = "lanes"
 type Backend struct {
 	c    redis.UniversalClient
 	ns   string
-	keys []string // the seven KEYS of every script, in lib.lua's order
+	keys []string // the eight KEYS of every script, in lib.lua's order
 	wake string   // prefix of the grant-hint channels
 
 	mu     sync.Mutex // guards ps
@@ -95,7 +95,7 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 
 func keyNames(prefix, ns string) []string {
 	base := prefix + ":{" + ns + "}:"
-	names := []string{"entries", "queue", "holds", "limits", "deadlines", "tokens", "seq"}
+	names := []string{"entries", "queue", "holds", "limits", "deadlines", "tokens", "seq", "nested"}
 	for i, n := range names {
 		names[i] = base + n
 	}
@@ -106,7 +106,8 @@ func keyNames(prefix, ns string) []string {
 func (b *Backend) Namespace() string { return b.ns }
 
 // Keys returns the names of the namespace's Redis keys, in the order the
-// scripts take them; the last two (tokens, seq) are never deleted.
+// scripts take them; tokens and seq (the sixth and seventh) are never
+// deleted.
 func (b *Backend) Keys() []string { return append([]string(nil), b.keys...) }
 
 // wireRequest is one request as enqueue.lua reads it.

@@ -33,7 +33,8 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		id, _ := f[0].(string)
 		state, _ := f[1].(string)
 		detail, ok := f[2].([]any)
-		if !ok || (state != "e" && len(detail)%2 != 0) || (state == "e" && len(detail) != 1) {
+		if !ok || (state == "e" && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
+			(state != "e" && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
 		st := lanes.Status{ID: id}
@@ -65,6 +66,19 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		case "e":
 			msg, _ := detail[0].(string)
 			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrNotHolder, msg)
+		case "c":
+			path, _ := detail[0].(string)
+			ce := &lanes.LockCycleError{Path: path}
+			if raw, ok := detail[1].(string); ok {
+				var who struct {
+					Entries []string `json:"entries"`
+					Keys    []string `json:"keys"`
+				}
+				if json.Unmarshal([]byte(raw), &who) == nil {
+					ce.Entries, ce.Keys = who.Entries, who.Keys
+				}
+			}
+			st.State, st.Err = lanes.Gone, ce
 		default:
 			return nil, malformed("status", v)
 		}

@@ -1,6 +1,6 @@
 // Package lanestest is the conformance suite every lanes.Backend runs: the
-// invariants 1 to 9 and 12 of DESIGN.md section 3, checked through the
-// Backend interface and through a lanes.Session on top of it.
+// invariants 1 to 12 of DESIGN.md section 3, checked through the Backend
+// interface and through a lanes.Session on top of it.
 //
 // A backend's test calls Run with a Harness that makes one empty backend per
 // test. The in-memory backend runs it in package lanes, the Redis backend in
@@ -60,6 +60,11 @@ func Run(t *testing.T, h Harness) {
 		{"TakeoverOfHeldEntryRefused", testTakeoverOfHeldRefused},
 		{"TakeoverOfWaiterTellsOldOwner", testTakeoverOfWaiterTellsOldOwner},
 		{"LimitsAgree", testLimitsAgree},
+		{"ReentryAlongLineage", testReentry},
+		{"ReentryThroughAChain", testReentryChain},
+		{"ReentryEndsWithTheAncestorsHold", testReentryEndsWithAncestor},
+		{"LockCycleFailsFast", testLockCycle},
+		{"LockCycleInABatch", testLockCycleInBatch},
 		{"BackendDown", testBackendDown},
 		{"ReleaseTwiceAndAfterLoss", testReleaseResults},
 		{"CloseReleasesEverything", testClose},

@@ -13,6 +13,11 @@
 --        place and state and renews its deadline; a waiting entry of
 --        another owner passes to this owner, keeping its place, and the old
 --        owner gets a hint; a held entry of another owner is refused ("e").
+--        A request whose lineage holds a key takes it by re-entry: no queue,
+--        no slot, the ancestor's token (DESIGN.md invariant 10). A waiting
+--        request that would close a wait-for cycle through nested calls is
+--        not enqueued: {id, "c", {cycle in words, JSON {entries, keys}}}
+--        (invariant 11); the batch's other requests are.
 -- Errors: LANES_BADARG <what>; LANES_LIMIT <recorded> <requested> <key>
 --        when a key's recorded limit differs; then nothing is enqueued.
 
@@ -63,13 +68,42 @@ for i, r in ipairs(reqs) do
     local seq = redis.call('INCR', K_SEQ)
     e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
          l = r.l, k = r.k, s = 'w', q = seq, e = NOW}
-    for _, kl in ipairs(r.k) do
-      redis.call('HSET', K_LIMITS, kl[1], kl[2])
-      redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], seq, r.id))
+    for _, a in ipairs(r.l or {}) do
+      redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
     end
-    if eligible(e) then grant(e, false) else store(e) end
+    for _, kl in ipairs(r.k) do
+      local key = kl[1]
+      redis.call('HSET', K_LIMITS, key, kl[2])
+      local holder
+      for j = #(r.l or {}), 1, -1 do -- the nearest ancestor that holds key
+        if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then
+          holder = r.l[j]
+          break
+        end
+      end
+      if holder then
+        e.r = e.r or {}
+        e.r[key] = holder
+      else
+        redis.call('ZADD', K_QUEUE, 0, qmember(key, seq, r.id))
+      end
+    end
     redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
-    out[i] = status(e, true)
+    local words, entries, keys
+    if eligible(e) then
+      grant(e, false)
+    else
+      store(e)
+      if r.l and #r.l > 0 then words, entries, keys = cycle(e) end
+    end
+    if words then
+      local touched = {}
+      remove(e, touched)
+      scan(touched)
+      out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
+    else
+      out[i] = status(e, true)
+    end
   end
 end
 

@@ -1,7 +1,7 @@
 -- lib.lua: helpers shared by enqueue.lua, heartbeat.lua, release.lua and
 -- inspect.lua; package lua puts this file in front of each of them.
 --
--- KEYS (the same seven, in this order, for every lanes script; all share
+-- KEYS (the same eight, in this order, for every lanes script; all share
 -- the namespace's hash tag, e.g. lanes:{ns}:entries):
 --   1 entries    hash: entry id -> entry record (JSON, fields below)
 --   2 queue      sorted set, all scores 0: every lane's FIFO queue at once;
@@ -11,6 +11,8 @@
 --   5 deadlines  sorted set: entry id scored by its deadline (ms, Redis TIME)
 --   6 tokens     hash: key -> last fencing token issued; never deleted
 --   7 seq        string: the last sequence number; never deleted
+--   8 nested     sorted set, all scores 0: member = ancestor .. "\0" .. id
+--                for every ancestor in an entry's lineage
 -- ARGV[1] is always the prefix of the grant-hint channels; the owner id
 -- is appended to it.
 --
@@ -18,13 +20,16 @@
 -- t = tool, n = tenant, l = lineage (list of ids, absent when empty),
 -- k = lanes (list of {key, limit}), s = "w" (waiting) or "h" (held),
 -- q = sequence number, e = enqueued (ms), g = granted (ms),
--- x = tokens ({key = "decimal token"}, once held)}.
+-- x = tokens ({key = "decimal token"}, once held), r = borrowed keys
+-- ({key = ancestor id}: keys taken by re-entry, neither queued nor held
+-- by the entry itself; absent when none)}.
 
-if #KEYS ~= 7 then
-  return redis.error_reply('LANES_BADARG expected 7 keys, got ' .. #KEYS)
+if #KEYS ~= 8 then
+  return redis.error_reply('LANES_BADARG expected 8 keys, got ' .. #KEYS)
 end
-local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ, K_NESTED =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local CYCLE_MAX = 10000 -- entries a cycle search visits, at most
 local WAKE = ARGV[1]
 local REAP_MAX = 100 -- expired entries removed by one step, at most
 
@@ -55,14 +60,30 @@ end
 -- behalf, which their former owners must be told about
 local granted, told = {}, {}
 
+local function borrowed(e, key)
+  return e.r and e.r[key]
+end
+
 -- eligible: on every key of the waiting entry e, its holders plus the
 -- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
+-- A borrowed key needs no room while the ancestor still holds it; once the
+-- ancestor let go, e joins that key's queue at its own sequence number.
 local function eligible(e)
   for _, kl in ipairs(e.k) do
     local key, limit = kl[1], kl[2]
+    local a = borrowed(e, key)
+    if a and not redis.call('ZSCORE', K_HOLDS, key .. '\0' .. a) then
+      e.r[key] = nil
+      if next(e.r) == nil then e.r = nil end
+      redis.call('ZADD', K_QUEUE, 0, qmember(key, e.q, e.id))
+      store(e)
+      a = nil
+    end
+    if not a then
     local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
     local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
     if held + ahead >= limit then return false end
+    end
   end
   return true
 end
@@ -72,9 +93,15 @@ local function grant(e, hint)
   local tokens = {}
   for _, kl in ipairs(e.k) do
     local key = kl[1]
+    local a = borrowed(e, key)
+    if a then
+      local anc = load(a) -- the ancestor's slot and token
+      tokens[key] = anc and anc.x and anc.x[key] or '0'
+    else
     redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
     redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
     tokens[key] = string.format('%.0f', redis.call('HINCRBY', K_TOKENS, key, 1))
+    end
   end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
@@ -83,14 +110,19 @@ end
 
 -- remove takes e out of the namespace and notes its keys in touched.
 local function remove(e, touched)
+  for _, a in ipairs(e.l or {}) do
+    redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
+  end
   for _, kl in ipairs(e.k) do
     local key = kl[1]
-    if e.s == 'h' then
-      redis.call('ZREM', K_HOLDS, key .. '\0' .. e.id)
-    else
-      redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+    if not borrowed(e, key) then -- a borrowed key is neither queued nor held
+      if e.s == 'h' then
+        redis.call('ZREM', K_HOLDS, key .. '\0' .. e.id)
+      else
+        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+      end
+      touched[key] = kl[2]
     end
-    touched[key] = kl[2]
   end
   redis.call('HDEL', K_ENTRIES, e.id)
   redis.call('ZREM', K_DEADLINES, e.id)
@@ -149,11 +181,84 @@ local function status(e, positions)
   end
   if positions then
     for _, kl in ipairs(e.k) do
-      detail[#detail + 1] = kl[1]
-      detail[#detail + 1] = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
+      if not borrowed(e, kl[1]) then
+        detail[#detail + 1] = kl[1]
+        detail[#detail + 1] = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
+      end
     end
   end
   return {e.id, 'w', detail}
+end
+
+-- waits_for lists what entry x waits for, as {id, kind, key}: kind "h" a
+-- holder and "q" an entry queued before x on a key x is queued on; kind "n"
+-- a nested call started under x, which x cannot finish before.
+local function waits_for(x)
+  local out = {}
+  if x.s == 'w' then
+    for _, kl in ipairs(x.k) do
+      local key = kl[1]
+      if not borrowed(x, key) then
+        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key))) do
+          out[#out + 1] = {string.sub(m, #key + 2), 'h', key}
+        end
+        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), '(' .. qmember(key, x.q, x.id))) do
+          out[#out + 1] = {string.sub(m, #key + 19), 'q', key}
+        end
+      end
+    end
+  end
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, lo(x.id), hi(x.id))) do
+    out[#out + 1] = {string.sub(m, #x.id + 2), 'n', ''}
+  end
+  return out
+end
+
+local function wait_words(from, kind, key, to)
+  if kind == 'n' then return from .. ' waits for its nested call ' .. to end
+  if kind == 'h' then return from .. ' waits for key "' .. key .. '" held by ' .. to end
+  return from .. ' waits for key "' .. key .. '" behind ' .. to
+end
+
+-- cycle searches, breadth first, whether the waiting entry r waits (through
+-- holders, earlier waiters and nested calls) for one of its own ancestors,
+-- which wait for r (DESIGN.md invariant 11). It returns the shortest such
+-- cycle in words, its entries and its keys, or nil.
+local function cycle(r)
+  local ancestor = {}
+  for _, a in ipairs(r.l or {}) do ancestor[a] = true end
+  local prev, seen = {}, {[r.id] = true}
+  local queue, head = {r}, 1
+  while head <= #queue and head <= CYCLE_MAX do
+    local x = queue[head]
+    head = head + 1
+    for _, ed in ipairs(waits_for(x)) do
+      local y = ed[1]
+      if not seen[y] then
+        seen[y] = true
+        prev[y] = {x.id, ed[2], ed[3]}
+        if ancestor[y] then
+          local steps, cur = {}, y
+          while cur ~= r.id do
+            table.insert(steps, 1, {cur, prev[cur][2], prev[cur][3]})
+            cur = prev[cur][1]
+          end
+          local words, entries, keys, from = {}, {r.id}, {}, r.id
+          for _, s in ipairs(steps) do
+            words[#words + 1] = wait_words(from, s[2], s[3], s[1])
+            entries[#entries + 1] = s[1]
+            if s[3] ~= '' then keys[#keys + 1] = s[3] end
+            from = s[1]
+          end
+          words[#words + 1] = wait_words(from, 'n', '', r.id)
+          return table.concat(words, '; '), entries, keys
+        end
+        local ye = load(y)
+        if ye then queue[#queue + 1] = ye end
+      end
+    end
+  end
+  return nil
 end
 
 -- finish publishes one hint per owner (a space-separated list of its
