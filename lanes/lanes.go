@@ -29,7 +29,31 @@ const (
 	MaxLimit    = 1 << 30 // holders one lane may allow
 	MaxLineage  = 64      // ancestors in one request's lineage
 	MaxFieldLen = 256     // bytes in CallID, Tool or Tenant
+
+	// MaxStepRequests and MaxStepLanes bound one Enqueue step, so that no
+	// step keeps a shared backend (a Redis server runs one script at a
+	// time) busy for long. Heartbeat and Release steps take at most
+	// MaxStepRequests ids; a Session splits its own into several.
+	MaxStepRequests = 1000
+	MaxStepLanes    = 4096
 )
+
+// ValidateStep reports whether reqs can be one Enqueue step: at most
+// MaxStepRequests requests naming at most MaxStepLanes lanes in all. Its
+// error wraps ErrInvalid.
+func ValidateStep(reqs []Request) error {
+	if len(reqs) > MaxStepRequests {
+		return fmt.Errorf("%w: %d requests in one step, more than %d", ErrInvalid, len(reqs), MaxStepRequests)
+	}
+	n := 0
+	for _, r := range reqs {
+		n += len(r.Lanes)
+	}
+	if n > MaxStepLanes {
+		return fmt.Errorf("%w: %d lanes in one step, more than %d", ErrInvalid, n, MaxStepLanes)
+	}
+	return nil
+}
 
 // Lane is one key a Request takes and the limit its holders share.
 //

@@ -84,9 +84,18 @@ func (m *Memory) Enqueue(ctx context.Context, owner Owner, ttl time.Duration, re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := ValidateStep(reqs); err != nil {
+		return nil, err
+	}
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("%w: TTL %v is under 1ms", ErrInvalid, ttl)
+	}
 	for _, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return nil, err
+		}
+		if len(r.Lanes) == 0 {
+			return nil, fmt.Errorf("%w: entry %s names no lane; a backend takes requests with at least one", ErrInvalid, r.ID)
 		}
 		for _, l := range r.Lanes {
 			if l.Limit == 0 {

@@ -201,6 +201,9 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 			send = append(send, r)
 		}
 	}
+	if err := ValidateStep(send); err != nil {
+		return nil, err
+	}
 
 	values := context.WithoutCancel(ctx) // a lease keeps ctx's values, never its deadline
 	sent := time.Now()
@@ -258,6 +261,15 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		_, _ = s.b.Release(rctx, s.owner.ID, sentIDs)
 		cancel()
 		return nil, s.waitError(ctx)
+	}
+	if s.closed {
+		// Close ran while the step was in flight and may have released the
+		// entries before the step created them: release them again.
+		s.mu.Unlock()
+		rctx, cancel := context.WithTimeout(values, s.releaseTimeout)
+		_, _ = s.b.Release(rctx, s.owner.ID, idsOf(send))
+		cancel()
+		return nil, ErrClosed
 	}
 	defer s.mu.Unlock()
 	byID := map[string]*Ticket{}
@@ -350,11 +362,16 @@ func (s *Session) expire(e *entry) {
 	why := "no heartbeat reached the backend within the TTL"
 	if s.lastErr != nil {
 		why += "; last heartbeat: " + s.lastErr.Error()
-	}
-	if e.lease != nil {
-		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
 	} else {
+		why += " (this process did not renew in time: stopped or starved?)"
+	}
+	switch {
+	case e.lease != nil:
+		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
+	case s.lastErr != nil && errors.Is(s.lastErr, ErrUnavailable):
 		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrUnavailable, e.id, why))
+	default:
+		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrLeaseLost, e.id, why))
 	}
 }
 
@@ -374,14 +391,22 @@ func (s *Session) fail(e *entry, err error) {
 	s.releaseLater(e.id)
 }
 
-func (s *Session) releaseLater(id string) {
+func (s *Session) releaseLater(ids ...string) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 		defer cancel()
-		_, _ = s.b.Release(ctx, s.owner.ID, []string{id}) // best effort: the TTL ends it anyway
+		_, _ = s.b.Release(ctx, s.owner.ID, ids) // best effort: the TTL ends them anyway
 	}()
+}
+
+func idsOf(reqs []Request) []string {
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.ID
+	}
+	return ids
 }
 
 // release removes id from the backend on a context detached from ctx's
@@ -464,6 +489,15 @@ func (s *Session) beat(hintedOnly bool) {
 	}
 	slices.Sort(ids)
 
+	for len(ids) > 0 {
+		n := min(len(ids), MaxStepRequests)
+		s.beatStep(ids[:n])
+		ids = ids[n:]
+	}
+}
+
+// beatStep runs one Heartbeat step for ids.
+func (s *Session) beatStep(ids []string) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
 	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
@@ -510,13 +544,17 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
-	var err error
-	if len(ids) > 0 {
-		slices.Sort(ids)
+	var errs []error
+	slices.Sort(ids)
+	for len(ids) > 0 {
+		n := min(len(ids), MaxStepRequests)
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
-		_, err = s.b.Release(ctx, s.owner.ID, ids)
+		_, err := s.b.Release(ctx, s.owner.ID, ids[:n])
 		cancel()
+		errs = append(errs, err)
+		ids = ids[n:]
 	}
+	err := errors.Join(errs...)
 	s.unsubscribe()
 	s.bg.Wait()
 	return err

@@ -125,10 +125,19 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	if len(reqs) == 0 {
 		return nil, nil
 	}
+	if err := lanes.ValidateStep(reqs); err != nil {
+		return nil, err
+	}
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("%w: TTL %v is under 1ms", lanes.ErrInvalid, ttl)
+	}
 	wire := make([]wireRequest, len(reqs))
 	for i, r := range reqs {
 		if err := r.Validate(); err != nil {
 			return nil, err
+		}
+		if len(r.Lanes) == 0 {
+			return nil, fmt.Errorf("%w: entry %s names no lane; a backend takes requests with at least one", lanes.ErrInvalid, r.ID)
 		}
 		w := wireRequest{ID: r.ID, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant, Lineage: r.Lineage}
 		for _, l := range r.Lanes {
@@ -158,6 +167,9 @@ func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	if len(ids) > lanes.MaxStepRequests || ttl < time.Millisecond {
+		return nil, fmt.Errorf("%w: a heartbeat step takes 1 to %d ids and a TTL of 1ms or more", lanes.ErrInvalid, lanes.MaxStepRequests)
+	}
 	args := make([]any, 0, len(ids)+3)
 	args = append(args, b.wake, ms(ttl), owner)
 	for _, id := range ids {
@@ -174,6 +186,9 @@ func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration
 func (b *Backend) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
 	if len(ids) == 0 {
 		return lanes.Released{}, nil
+	}
+	if len(ids) > lanes.MaxStepRequests {
+		return lanes.Released{}, fmt.Errorf("%w: a release step takes at most %d ids", lanes.ErrInvalid, lanes.MaxStepRequests)
 	}
 	args := make([]any, 0, len(ids)+2)
 	args = append(args, b.wake, by)

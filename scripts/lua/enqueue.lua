@@ -1,11 +1,14 @@
 -- enqueue.lua: place a batch of requests in their lanes' queues, in order,
 -- in one atomic step, and grant those that are eligible.
 --
--- KEYS: the seven of lib.lua.
+-- KEYS: the eight of lib.lua.
 -- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id, [4] host,
 --       [5] pid, [6] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,
---        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty).
+--        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty):
+--       1 to 1000 requests and 4096 lanes in all; ids without spaces or
+--       NUL; keys non-empty strings without NUL; limits whole numbers from
+--       1 to 2^30. Anything else is refused before any change.
 -- Reply: one status per request, in order: {id, "h", {key, token, ...}},
 --        {id, "w", {key, position from 1, ...}}, or {id, "e", {message}}
 --        when that one request is refused. An id that exists already is
@@ -26,7 +29,47 @@ if not ttl or ttl <= 0 or not pid then
   return redis.error_reply('LANES_BADARG TTL and pid must be numbers')
 end
 local owner, host = ARGV[3], ARGV[4]
-local reqs = cjson.decode(ARGV[6])
+if owner == '' or string.find(owner, '[%s%z]') then
+  return redis.error_reply('LANES_BADARG owner id must be non-empty, without spaces')
+end
+local decoded, reqs = pcall(cjson.decode, ARGV[6] or '')
+if not decoded or type(reqs) ~= 'table' or #reqs == 0 or #reqs > 1000 then
+  return redis.error_reply('LANES_BADARG requests must be a JSON list of 1 to 1000 requests')
+end
+local function text(v) return type(v) == 'string' and v ~= '' and not string.find(v, '%z') end
+local function id_ok(v) return text(v) and not string.find(v, '%s') end
+local lanes_total = 0
+for i, r in ipairs(reqs) do
+  if type(r) ~= 'table' or not id_ok(r.id) or type(r.k) ~= 'table' or #r.k == 0 then
+    return redis.error_reply('LANES_BADARG request ' .. i .. ': needs an id without spaces and at least one lane')
+  end
+  for _, kl in ipairs(r.k) do
+    local limit = type(kl) == 'table' and kl[2]
+    if type(kl) ~= 'table' or not text(kl[1]) or type(limit) ~= 'number'
+      or limit < 1 or limit > 1073741824 or limit ~= math.floor(limit) then
+      return redis.error_reply('LANES_BADARG request ' .. i .. ': a lane must be [key, limit from 1 to 2^30]')
+    end
+  end
+  lanes_total = lanes_total + #r.k
+  for _, f in ipairs({'c', 't', 'n'}) do
+    if r[f] ~= nil and type(r[f]) ~= 'string' then
+      return redis.error_reply('LANES_BADARG request ' .. i .. ': ' .. f .. ' must be a string')
+    end
+  end
+  if r.l ~= nil then
+    if type(r.l) ~= 'table' then
+      return redis.error_reply('LANES_BADARG request ' .. i .. ': lineage must be a list of ids')
+    end
+    for _, a in ipairs(r.l) do
+      if not id_ok(a) then
+        return redis.error_reply('LANES_BADARG request ' .. i .. ': lineage must be a list of ids')
+      end
+    end
+  end
+end
+if lanes_total > 4096 then
+  return redis.error_reply('LANES_BADARG a step takes at most 4096 lanes, this one ' .. lanes_total)
+end
 
 reap()
 

@@ -100,7 +100,16 @@ local function grant(e, hint)
     else
     redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
     redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
-    tokens[key] = string.format('%.0f', redis.call('HINCRBY', K_TOKENS, key, 1))
+    -- A token is above every token issued before for key, and above the
+    -- Redis clock in ms times 1024: a counter lost with the data (a restart
+    -- without persistence, a failover to a lagging replica) resumes above
+    -- every token it issued before the loss.
+    local tok = redis.call('HINCRBY', K_TOKENS, key, 1)
+    if tok < NOW * 1024 then
+      tok = NOW * 1024
+      redis.call('HSET', K_TOKENS, key, string.format('%.0f', tok))
+    end
+    tokens[key] = string.format('%.0f', tok)
     end
   end
   e.s, e.g, e.x = 'h', NOW, tokens
