@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,9 @@ func TestBadInput(t *testing.T) {
 		{"wait negative", nil, []string{"lock", "--wait", "-1s", "k", "--", "true"}, exitUsage},
 		{"bad entry id", nil, []string{"lock", "--id", "a b", "k", "--", "true"}, exitUsage},
 		{"missing --", nil, []string{"lock", "k", "true"}, exitUsage},
+		{"port out of range", []string{"--redis", "redis://127.0.0.1:99999"}, []string{"keys"}, exitUsage},
+		{"negative database", []string{"--redis", "redis://127.0.0.1:6379/-1"}, []string{"keys"}, exitUsage},
+		{"too many entries to release", nil, append([]string{"release", "--force"}, manyIDs(1001)...), exitUsage},
 		{"nothing after --", nil, []string{"lock", "k", "--"}, exitUsage},
 		{"no key before --", nil, []string{"lock", "--", "true"}, exitUsage},
 		{"empty command", nil, []string{"lock", "k", "--", ""}, exitUsage},
@@ -67,9 +71,9 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestCommandLineMistakeShowsUsage checks that a mistake cobra finds (an
-// unknown flag or command) prints the usage, then the one error line.
-func TestCommandLineMistakeShowsUsage(t *testing.T) {
+// TestCommandLineMistakeIsOneLine checks that a mistake cobra finds (an
+// unknown flag or command) prints one error line that points to --help.
+func TestCommandLineMistakeIsOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"lock", "--bogus", "k", "--", "true"},
 		{"lock", "--limit", "many", "k", "--", "true"},
@@ -80,9 +84,9 @@ func TestCommandLineMistakeShowsUsage(t *testing.T) {
 		if code != exitUsage {
 			t.Errorf("lanectl %q = %d; want %d", args, code, exitUsage)
 		}
-		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
-		if !strings.Contains(stderr, "Usage:") || !strings.HasPrefix(lines[len(lines)-1], "lanectl: ") {
-			t.Errorf("lanectl %q printed %q; want the usage, then one line starting with lanectl:", args, stderr)
+		assertOneLine(t, stderr)
+		if !strings.Contains(stderr, "--help") {
+			t.Errorf("lanectl %q printed %q; want a pointer to --help", args, stderr)
 		}
 	}
 	if _, _, stderr := runInProcess(t, "stauts"); !strings.Contains(stderr, `did you mean "status"?`) {
@@ -154,4 +158,12 @@ func TestLimitMismatch(t *testing.T) {
 	if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 || len(snap.Keys[0].Waiters) != 0 {
 		t.Errorf("Inspect() = %+v; want k held by the test alone", snap.Keys)
 	}
+}
+
+func manyIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("e%d", i)
+	}
+	return ids
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/lanes-dev/lanes/lanes"
@@ -42,6 +43,10 @@ const (
 	// (lanes.ErrWaitTimeout). Nothing is left queued.
 	exitWaitTimeout = 75
 
+	// exitNoPerm (EX_NOPERM): Redis refused the credentials or the ACL user
+	// may not run a command lanes needs (WRONGPASS, NOAUTH, NOPERM).
+	exitNoPerm = 77
+
 	// exitLeaseLost: the lease was lost while the command ran; the command
 	// was sent SIGTERM (lanes.ErrLeaseLost). Outside sysexits on purpose.
 	exitLeaseLost = 79
@@ -75,6 +80,8 @@ func exitCode(err error) int {
 		errors.Is(err, lanes.ErrInvalid),
 		errors.Is(err, lanes.ErrLimitMismatch):
 		return exitUsage
+	case permissionDenied(err):
+		return exitNoPerm
 	case errors.Is(err, lanes.ErrUnavailable):
 		return exitUnavailable
 	case errors.Is(err, lanes.ErrWaitTimeout):
@@ -84,6 +91,13 @@ func exitCode(err error) int {
 	default:
 		return exitInternal
 	}
+}
+
+// permissionDenied reports whether Redis refused lanectl's credentials or
+// one of its commands.
+func permissionDenied(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
 }
 
 // usageError is a mistake in the command line. showUsage asks for the

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,10 +26,14 @@ import (
 const (
 	defaultLockTTL = 10 * time.Second
 	minLockTTL     = 30 * time.Millisecond
-	maxCallID      = 200 // bytes of the command line recorded as the call id
-	// killAfter is how long a command has to exit after the SIGTERM that
-	// follows a lost lease, before it gets SIGKILL.
-	killAfter = 10 * time.Second
+	maxCallID      = 200 // bytes of the command name recorded as the call id
+	// maxKillAfter bounds how long a command has to exit after the SIGTERM
+	// that follows a lost lease, before it gets SIGKILL: a third of the TTL,
+	// at most this, as it runs without the keys meanwhile.
+	maxKillAfter = 10 * time.Second
+	// maxReleaseWait bounds the release step before lock exits; an entry
+	// not released expires within its TTL.
+	maxReleaseWait = 2 * time.Second
 )
 
 // lockOptions are the flags and arguments of `lanectl lock`.
@@ -51,16 +57,21 @@ func newLockCommand(o *lockOptions) *cobra.Command {
 		Short: "Run a command while holding keys: the cluster's flock",
 		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
 key), runs CMD while it holds them and exits with CMD's status. The lease is
-renewed every TTL/3; if it is lost anyway, CMD gets SIGTERM (SIGKILL 10s
-later) and lock exits 79.
+renewed every TTL/3; if it is lost anyway, CMD gets SIGTERM (SIGKILL a third
+of the TTL later, at most 10s) and lock exits 79.
 
 CMD's environment carries LANES_ENTRY (the entry id), LANES_TOKENS
-(key=token,... in the order of the keys: fencing tokens that only grow),
-LANES_TOKEN (the token, when there is one key) and LANES_NAMESPACE.
+(key=token,... in the order of the keys, a key's "%", "," and "=" written
+%25, %2C and %3D: fencing tokens that only grow), LANES_TOKEN (the token,
+when there is one key) and LANES_NAMESPACE.
 
-SIGINT or SIGTERM while waiting leaves the queue and exits 128+signal; while
-CMD runs, the signal is passed on to CMD (a Ctrl-C at a terminal reaches CMD
-directly too, as they share the terminal) and lock exits with CMD's status.`,
+Unless its standard input is a terminal, CMD runs in a process group of its
+own, and every signal lock sends reaches the whole group, so the commands CMD
+starts stop with it. On Linux, CMD is killed if lock itself dies.
+
+SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
+128+signal; while CMD runs, the signal is passed on to CMD and lock exits
+with CMD's status.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			return o.complete(args, cmd.ArgsLenAtDash())
 		},
@@ -104,15 +115,18 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	}
 	for _, k := range o.keys {
 		if err := lanes.ValidateKey(k); err != nil {
-			return usageErrorf("bad key: %v", err)
+			return usageErrorf("%s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+		}
+	}
+	if o.id != "" {
+		if err := lanes.ValidateEntryID(o.id); err != nil {
+			return usageErrorf("--id: %s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
 		}
 	}
 	req := o.request()
-	if req.ID == "" {
-		req.ID = "placeholder"
-	}
+	req.ID = "-" // checked above; the rest of the request is checked here
 	if err := req.Validate(); err != nil {
-		return usageErrorf("%v", err)
+		return usageErrorf("%s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
 	}
 	return nil
 }
@@ -135,7 +149,7 @@ func (o *lockOptions) run(cmd *cobra.Command) error {
 	defer closeBackend()
 
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	sess, err := lanes.NewSession(sctx, b, lanes.WithTTL(o.ttl))
+	sess, err := lanes.NewSession(sctx, b, lanes.WithTTL(o.ttl), lanes.WithReleaseTimeout(min(o.ttl, maxReleaseWait)))
 	cancel()
 	if err != nil {
 		return o.waitError(ctx, err)
@@ -172,6 +186,9 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 	if errors.Is(err, lanes.ErrLeaseLost) {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
 	}
+	if errors.Is(err, lanes.ErrNotHolder) {
+		return usageErrorf("--id %s: %s", o.id, strings.TrimPrefix(err.Error(), lanes.ErrNotHolder.Error()+": "))
+	}
 	return o.global.unavailable(err)
 }
 
@@ -189,11 +206,23 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.Env = childEnv(os.Environ(), lease, o.keys, o.global.namespace)
 	child.WaitDelay = time.Second // output copying, when stdout is not a file
+	group := !isTerminal(child.Stdin)
+	child.SysProcAttr = childAttr(group)
+	// The parent-death signal follows the thread that started the child:
+	// keep this goroutine on it until the child is gone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := child.Start(); err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return startError(o.argv[0], err)
 	}
-	signal := func(s os.Signal) { _ = child.Process.Signal(s) }
+	signal := func(s os.Signal) {
+		if sig, ok := s.(syscall.Signal); ok && group {
+			_ = syscall.Kill(-child.Process.Pid, sig) // the whole process group
+			return
+		}
+		_ = child.Process.Signal(s)
+	}
 	defer o.relay.Forward(signal)()
 
 	exited := make(chan error, 1)
@@ -223,10 +252,10 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 			lost = nil
 			lostErr = lease.Err()
 			signal(syscall.SIGTERM)
-			kill = time.NewTimer(killAfter)
+			kill = time.NewTimer(min(o.ttl/3, maxKillAfter))
 			killC = kill.C
 		case <-killC:
-			_ = child.Process.Kill()
+			signal(syscall.SIGKILL)
 		case err := <-exited:
 			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, err, lostErr)
 		}
@@ -305,7 +334,7 @@ func childEnv(base []string, lease *lanes.Lease, keys []string, ns string) []str
 	}
 	tokens := make([]string, len(keys))
 	for i, k := range keys {
-		tokens[i] = k + "=" + strconv.FormatUint(lease.Token(k), 10)
+		tokens[i] = tokenEscaper.Replace(k) + "=" + strconv.FormatUint(lease.Token(k), 10)
 	}
 	env = append(env, "LANES_ENTRY="+lease.ID(), "LANES_TOKENS="+strings.Join(tokens, ","), "LANES_NAMESPACE="+ns)
 	if len(keys) == 1 {
@@ -314,15 +343,19 @@ func childEnv(base []string, lease *lanes.Lease, keys []string, ns string) []str
 	return env
 }
 
-// callID is the command line as the call id `status` shows: printable, at
-// most maxCallID bytes, cut on a rune boundary.
+// tokenEscaper writes a key for LANES_TOKENS, where "," and "=" separate.
+var tokenEscaper = strings.NewReplacer("%", "%25", ",", "%2C", "=", "%3D")
+
+// callID is the command's name as the call id `status` shows (its
+// arguments may hold secrets and stay out of Redis): printable, at most
+// maxCallID bytes, cut on a rune boundary.
 func callID(argv []string) string {
 	s := strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) {
 			return ' '
 		}
 		return r
-	}, strings.ToValidUTF8(strings.Join(argv, " "), "?"))
+	}, strings.ToValidUTF8(filepath.Base(argv[0]), "?"))
 	if len(s) <= maxCallID {
 		return s
 	}

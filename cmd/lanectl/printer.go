@@ -58,7 +58,7 @@ func (p tablePrinter) Status(v statusView) error {
 		for _, w := range k.Waiters {
 			fmt.Fprintf(tw, "%s\t%d\twaiting\t%s\t-\t%d\t%s\t%s\t%s\t%s\t%s\t-\n",
 				cell(k.Key), k.Limit, cell(w.Entry), w.Position, owner(w.Host, w.PID),
-				cell(w.tool), cell(w.callID), cell(w.tenant), ms(w.WaitingMS))
+				cell(w.Tool), cell(w.CallID), cell(w.Tenant), ms(w.WaitingMS))
 		}
 	}
 	return tw.Flush()
@@ -91,7 +91,7 @@ func (p tablePrinter) Release(v releaseView) error {
 		case r.Was == "waiting":
 			_, err = fmt.Fprintf(p.w, "removed waiter %s\n", r.Entry)
 		default:
-			_, err = fmt.Fprintf(p.w, "no entry %s\n", r.Entry)
+			// Not found: said once, on stderr, with the exit status.
 		}
 		if err != nil {
 			return err

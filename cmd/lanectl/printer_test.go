@@ -41,7 +41,10 @@ func TestCell(t *testing.T) {
 }
 
 func TestCallID(t *testing.T) {
-	if got := callID([]string{"sh", "-c", "echo a\necho b"}); got != "sh -c echo a echo b" {
+	if got := callID([]string{"/usr/bin/sh", "-c", "echo $SECRET_TOKEN"}); got != "sh" {
+		t.Errorf("callID() = %q; want the command's name only, no arguments", got)
+	}
+	if got := callID([]string{"a\nb"}); got != "a b" {
 		t.Errorf("callID() = %q; want control characters replaced", got)
 	}
 	long := callID([]string{strings.Repeat("é", 150)}) // 300 bytes

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -79,7 +81,15 @@ func parseRedisURL(raw string) (*redis.Options, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, usageErrorf("bad --redis URL %q: %s", redactURL(raw), redactSecret(err.Error(), raw))
+		return nil, usageErrorf("bad --redis URL %q: %s", redactURL(raw), strings.TrimSuffix(redactSecret(err.Error(), raw), ":"))
+	}
+	if _, port, err := net.SplitHostPort(opt.Addr); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, usageErrorf("bad --redis URL %q: port %q is not 1 to 65535", redactURL(raw), port)
+		}
+	}
+	if opt.DB < 0 {
+		return nil, usageErrorf("bad --redis URL %q: database %d is negative", redactURL(raw), opt.DB)
 	}
 	return opt, nil
 }

@@ -42,6 +42,9 @@ was not found.`,
 				return usageErrorf("release evicts another process's lease or queued entry; it needs --force")
 			}
 			o.ids = dedupe(args) // a repeated id would be "gone" the second time
+			if len(o.ids) > lanes.MaxStepRequests {
+				return usageErrorf("release takes at most %d entries at a time, got %d", lanes.MaxStepRequests, len(o.ids))
+			}
 			return o.run(cmd)
 		},
 	}

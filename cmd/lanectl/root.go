@@ -97,7 +97,14 @@ type unreachableError struct {
 }
 
 func (e *unreachableError) Error() string {
-	return fmt.Sprintf("cannot reach Redis at %s: %v", e.url, e.err)
+	if permissionDenied(e.err) {
+		return fmt.Sprintf("Redis at %s refused lanectl: %v", e.url, e.err)
+	}
+	msg := fmt.Sprintf("cannot reach Redis at %s: %v", e.url, e.err)
+	if strings.HasPrefix(e.url, "rediss://") && !strings.Contains(msg, "tls:") {
+		msg += " (is the server speaking TLS?)"
+	}
+	return msg
 }
 func (e *unreachableError) Unwrap() error        { return e.err }
 func (e *unreachableError) Is(target error) bool { return target == lanes.ErrUnavailable }
@@ -174,11 +181,12 @@ func run(ctx context.Context, relay *signalRelay, args []string, stdin io.Reader
 	if errors.As(err, &exit) && exit.err == nil {
 		return code // a command's own status: nothing to add
 	}
+	line := errorLine(err, g.redisURL)
 	var usage *usageError
 	if errors.As(err, &usage) && usage.showUsage && cmd != nil {
-		fmt.Fprint(stderr, cmd.UsageString())
+		line += fmt.Sprintf(` (see "%s --help")`, cmd.CommandPath())
 	}
-	fmt.Fprintln(stderr, errorLine(err, g.redisURL))
+	fmt.Fprintln(stderr, line)
 	return code
 }
 

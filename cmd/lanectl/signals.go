@@ -9,10 +9,11 @@ import (
 	"syscall"
 )
 
-// signalRelay turns the first SIGINT or SIGTERM lanectl receives into the
-// cancellation of its context, with an *interruptError as the cause, and
-// hands every later one to the function registered with Forward (`lock`
-// passes them on to its command).
+// signalRelay turns the first SIGINT, SIGTERM, SIGHUP or SIGQUIT lanectl
+// receives into the cancellation of its context, with an *interruptError as
+// the cause, and hands every later one to the function registered with
+// Forward (`lock` passes them on to its command). SIGHUP is left alone when
+// lanectl started with it ignored (under nohup).
 type signalRelay struct {
 	ch     chan os.Signal
 	cancel context.CancelCauseFunc
@@ -28,7 +29,11 @@ type signalRelay struct {
 func notifySignals(parent context.Context) (context.Context, *signalRelay) {
 	ctx, cancel := context.WithCancelCause(parent)
 	r := &signalRelay{ch: make(chan os.Signal, 4), cancel: cancel, done: make(chan struct{})}
-	signal.Notify(r.ch, syscall.SIGINT, syscall.SIGTERM)
+	sigs := []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT}
+	if !signal.Ignored(syscall.SIGHUP) {
+		sigs = append(sigs, syscall.SIGHUP)
+	}
+	signal.Notify(r.ch, sigs...)
 	go r.loop()
 	return ctx, r
 }

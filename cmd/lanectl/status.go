@@ -86,9 +86,10 @@ type waiterView struct {
 	Position  int    `json:"position"`
 	Host      string `json:"host"`
 	PID       int    `json:"pid"`
+	Tool      string `json:"tool"`
+	CallID    string `json:"call_id"`
+	Tenant    string `json:"tenant"`
 	WaitingMS int64  `json:"waiting_ms"`
-
-	tool, callID, tenant string // shown in the table only
 }
 
 // newStatusView builds the view of snap, with every duration measured
@@ -109,7 +110,7 @@ func newStatusView(snap *lanes.Snapshot) statusView {
 			sk.Waiters = append(sk.Waiters, waiterView{
 				Entry: w.ID, Position: w.Position, Host: w.Owner.Host, PID: w.Owner.PID,
 				WaitingMS: since(snap.Time, w.Enqueued),
-				tool:      w.Tool, callID: w.CallID, tenant: w.Tenant,
+				Tool:      w.Tool, CallID: w.CallID, Tenant: w.Tenant,
 			})
 		}
 		v.Keys = append(v.Keys, sk)

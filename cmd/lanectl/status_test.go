@@ -45,19 +45,23 @@ type statusJSON struct {
 //	k1 (limit 1): holder h1; waiters w1, w2, w3
 //	k2 (limit 2): holder h2
 //	k3 (limit 1): waiter w3 (it waits for k1 and k3 at once)
-func populate(t *testing.T, s *server) {
+//
+// It returns the tokens of h1 on k1 and of h2 on k2.
+func populate(t *testing.T, s *server) (h1, h2 uint64) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	sess := s.session(t)
 	k1 := lanes.Lane{Key: "k1", Limit: 1}
-	if _, err := sess.Acquire(ctx, lanes.Request{ID: "h1", Lanes: []lanes.Lane{k1}, Tool: "edit", CallID: "call-1", Tenant: "acme"}); err != nil {
+	l1, err := sess.Acquire(ctx, lanes.Request{ID: "h1", Lanes: []lanes.Lane{k1}, Tool: "edit", CallID: "call-1", Tenant: "acme"})
+	if err != nil {
 		t.Fatalf("Acquire(h1) = %v", err)
 	}
-	if _, err := sess.Acquire(ctx, lanes.Request{ID: "h2", Lanes: []lanes.Lane{{Key: "k2", Limit: 2}}}); err != nil {
+	l2, err := sess.Acquire(ctx, lanes.Request{ID: "h2", Lanes: []lanes.Lane{{Key: "k2", Limit: 2}}})
+	if err != nil {
 		t.Fatalf("Acquire(h2) = %v", err)
 	}
-	_, err := sess.Enqueue(ctx,
+	_, err = sess.Enqueue(ctx,
 		lanes.Request{ID: "w1", Lanes: []lanes.Lane{k1}},
 		lanes.Request{ID: "w2", Lanes: []lanes.Lane{k1}},
 		lanes.Request{ID: "w3", Lanes: []lanes.Lane{k1, {Key: "k3", Limit: 1}}},
@@ -65,11 +69,12 @@ func populate(t *testing.T, s *server) {
 	if err != nil {
 		t.Fatalf("Enqueue(w1, w2, w3) = %v", err)
 	}
+	return l1.Token("k1"), l2.Token("k2")
 }
 
 func TestStatusJSON(t *testing.T) {
 	s := newMiniredis(t)
-	populate(t, s)
+	tok1, tok2 := populate(t, s)
 	code, out, stderr := runInProcess(t, s.args("status", "--json")...)
 	if code != 0 || stderr != "" {
 		t.Fatalf("status --json = %d, stderr %q; want 0 and nothing", code, stderr)
@@ -94,9 +99,9 @@ func TestStatusJSON(t *testing.T) {
 		t.Fatalf("k1 = %+v; want limit 1, 1 holder, 3 waiters", k1)
 	}
 	h := k1.Holders[0]
-	if h.Entry != "h1" || h.Token != 1 || h.Host != "test-host" || h.PID != 4242 ||
+	if h.Entry != "h1" || h.Token != tok1 || h.Host != "test-host" || h.PID != 4242 ||
 		h.Tool != "edit" || h.CallID != "call-1" || h.Tenant != "acme" {
-		t.Errorf("k1 holder = %+v; want h1, token 1, test-host:4242, edit, call-1, acme", h)
+		t.Errorf("k1 holder = %+v; want h1, token %d, test-host:4242, edit, call-1, acme", h, tok1)
 	}
 	if h.HeldMS < 0 || h.LeaseLeftMS <= 0 || h.LeaseLeftMS > 10000 {
 		t.Errorf("k1 holder held_ms = %d, lease_left_ms = %d; want >= 0 and in (0, 10000]", h.HeldMS, h.LeaseLeftMS)
@@ -109,8 +114,8 @@ func TestStatusJSON(t *testing.T) {
 	}
 
 	k2 := got.Keys[1]
-	if k2.Limit != 2 || len(k2.Holders) != 1 || k2.Holders[0].Entry != "h2" || k2.Holders[0].Token != 1 {
-		t.Errorf("k2 = %+v; want limit 2, holder h2 with token 1", k2)
+	if k2.Limit != 2 || len(k2.Holders) != 1 || k2.Holders[0].Entry != "h2" || k2.Holders[0].Token != tok2 {
+		t.Errorf("k2 = %+v; want limit 2, holder h2 with token %d", k2, tok2)
 	}
 	k3 := got.Keys[2]
 	if k3.Limit != 1 || len(k3.Holders) != 0 || len(k3.Waiters) != 1 || k3.Waiters[0].Entry != "w3" || k3.Waiters[0].Position != 1 {
@@ -135,7 +140,7 @@ func TestStatusJSONShape(t *testing.T) {
 		"top":    {"namespace", "keys"},
 		"key":    {"holders", "key", "limit", "waiters"},
 		"holder": {"call_id", "entry", "held_ms", "host", "lease_left_ms", "pid", "tenant", "token", "tool"},
-		"waiter": {"entry", "host", "pid", "position", "waiting_ms"},
+		"waiter": {"call_id", "entry", "host", "pid", "position", "tenant", "tool", "waiting_ms"},
 	}
 	for _, k := range raw.Keys {
 		assertFields(t, "key", k, want["key"])

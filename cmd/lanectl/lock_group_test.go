@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// alive reports whether the process whose pid is in file still runs.
+func alive(t *testing.T, file string) bool {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("reading %s: %v", file, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file %s = %q", file, b)
+	}
+	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// A lost lease stops the commands the command started too: they run in its
+// process group, which gets the signals.
+func TestLockLeaseLostStopsTheWholeGroup(t *testing.T) {
+	s := newMiniredis(t)
+	dir := t.TempDir()
+	grandchild := filepath.Join(dir, "grandchild")
+	// The shell starts a sleep of its own and waits for it.
+	p := startBin(t, s.args("lock", "--ttl", "3s", "k", "--", "sh", "-c", `sleep 60 & echo $! >"$1"; wait`, "sh", grandchild)...)
+	eventually(t, "the grandchild runs", func() bool { return fileExists(grandchild) && alive(t, grandchild) })
+	snap := s.inspect(t)
+	if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
+		t.Fatalf("Inspect() = %+v; want lanectl holding k", snap.Keys)
+	}
+	if code, _, stderr := runBin(t, s.args("release", "--force", snap.Keys[0].Holders[0].ID)...); code != 0 {
+		t.Fatalf("release --force = %d: %s", code, stderr)
+	}
+	if code := p.wait(t); code != exitLeaseLost {
+		t.Fatalf("lock = %d; want %d", code, exitLeaseLost)
+	}
+	eventually(t, "the grandchild is stopped with its group", func() bool { return !alive(t, grandchild) })
+}
+
+// A lanectl that dies without a word (SIGKILL) takes its command along, on
+// Linux, so no command runs on without the keys.
+func TestLockKilledTakesItsCommand(t *testing.T) {
+	s := newMiniredis(t)
+	child := filepath.Join(t.TempDir(), "child")
+	p := startBin(t, s.args("lock", "k", "--", "sh", "-c", `echo $$ >"$1"; exec sleep 60`, "sh", child)...)
+	eventually(t, "the command runs", func() bool { return fileExists(child) && alive(t, child) })
+	p.signal(t, syscall.SIGKILL)
+	p.wait(t)
+	eventually(t, "the command dies with lanectl", func() bool { return !alive(t, child) })
+}
+
+// An entry id another live process holds is a usage error, not a shared lease.
+func TestLockIDInUse(t *testing.T) {
+	s := newMiniredis(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	p := startBin(t, s.args("lock", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
+	eventually(t, "the first holds", func() bool { return fileExists(ready) })
+	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
+	if code != exitUsage || !strings.Contains(stderr, "held by another owner") {
+		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner", code, stderr, exitUsage)
+	}
+	assertOneLine(t, stderr)
+	p.signal(t, syscall.SIGTERM)
+	p.wait(t)
+}
+
+// Keys with "," or "=" are escaped in LANES_TOKENS.
+func TestLockTokensEscapeSeparators(t *testing.T) {
+	s := newMiniredis(t)
+	code, out, stderr := runBin(t, s.args("lock", "a=1,b", "c%", "--", "sh", "-c", `printf %s "$LANES_TOKENS"`)...)
+	if code != 0 {
+		t.Fatalf("lock = %d: %s", code, stderr)
+	}
+	parts := strings.Split(out, ",")
+	if len(parts) != 2 || !strings.HasPrefix(parts[0], "a%3D1%2Cb=") || !strings.HasPrefix(parts[1], "c%25=") {
+		t.Fatalf("LANES_TOKENS = %q; want a%%3D1%%2Cb=TOKEN,c%%25=TOKEN", out)
+	}
+}
+
+// A refused password is exit 77 and says Redis refused, without the password.
+func TestWrongPasswordIsPermission(t *testing.T) {
+	m := miniredis.RunT(t)
+	m.RequireAuth("right-secret")
+	code, _, stderr := runInProcess(t, "--redis", "redis://:wrong-secret@"+m.Addr(), "keys")
+	if code != exitNoPerm {
+		t.Fatalf("keys with a wrong password = %d (%q); want %d", code, stderr, exitNoPerm)
+	}
+	assertOneLine(t, stderr)
+	if strings.Contains(stderr, "wrong-secret") || !strings.Contains(stderr, "refused") {
+		t.Fatalf("stderr = %q; want a refusal without the password", stderr)
+	}
+}
