@@ -2,7 +2,7 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install test demo bench lint clean
+.PHONY: all build install test demo demo-lock bench lint clean
 
 all: build
 
@@ -19,13 +19,26 @@ install:
 test:
 	./scripts/test.sh
 
+# RFD 129's failure: three replicas run model responses through `lanectl
+# batch` on an embedded server, with lanes (right) and without (collisions).
+demo: build
+	$(BIN)/lanectl demo
+
 # Eight `lanectl lock --limit 2` processes on the embedded dev-server append
 # their fencing tokens to a real file; the run checks the file.
-demo: build
+demo-lock: build
 	./scripts/demo.sh $(BIN)/lanectl
 
-# Benchmarks against the real Redis server (started by .ci/run or yours).
+# Side-by-side benchmarks (bench/; results and column meanings in
+# docs/BENCHMARKS.md): lanes against raw round trips, a Lua spin mutex,
+# redsync, redislock and an in-process semaphore, printed as one table, in
+# about 2 minutes. Redis: LANES_REDIS_URL, REDIS_URL or 127.0.0.1:6379, else a
+# private redis-server it starts and stops. Flags go in BENCHFLAGS (go run
+# ./bench -h), e.g. BENCHFLAGS='-spawn -md' as in docs/BENCHMARKS.md. Then the
+# Go benchmarks of the packages, which report round trips per operation.
+BENCHFLAGS ?=
 bench:
+	$(GO) run ./bench $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./redislane ./lanes
 
 lint:

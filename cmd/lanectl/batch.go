@@ -33,12 +33,13 @@ type batchOptions struct {
 	global *globalOptions
 	open   opener
 
-	tools  string
-	calls  string
-	tenant string
-	runID  string
-	local  bool
-	events bool
+	tools   string
+	calls   string
+	tenant  string
+	runID   string
+	local   bool
+	noLanes bool
+	events  bool
 }
 
 func newBatchCommand(o *batchOptions) *cobra.Command {
@@ -77,6 +78,7 @@ cancelled the batch (its outcomes are printed first).`,
 	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries (default: a random one); re-running with the same id keeps the calls' places")
 	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
 	f.BoolVar(&o.events, "events", false, "print each scheduler event (queued, granted, started, finished) to standard error")
+	f.BoolVar(&o.noLanes, "no-lanes", false, "run every call at once, without lanes, in this process: to see what the lanes prevent")
 	return cmd
 }
 
@@ -108,6 +110,9 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	cfg, err := batch.LoadConfig(o.tools)
 	if err != nil {
 		return &exitError{code: exitDataErr, err: err}
+	}
+	if o.noLanes {
+		cfg, o.local = withoutLanes(cfg), true
 	}
 	calls, format, err := o.readCalls(cmd.InOrStdin())
 	if err != nil {
@@ -160,6 +165,21 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		return &interruptError{sig: sig, msg: fmt.Sprintf("interrupted by %s: the batch was cancelled; its outcomes are above", signalName(sig))}
 	}
 	return nil
+}
+
+// withoutLanes returns cfg as a runtime without lanes runs it: every call
+// safe, at once, with no concurrency key, lock key, tool or tenant lane.
+func withoutLanes(cfg sched.Config) sched.Config {
+	out := sched.Config{Runner: sched.DefaultRunner(), Tools: map[string]sched.Tool{}}
+	out.Runner.MaxConcurrentTools = lanes.MaxLimit
+	for name, t := range cfg.Tools {
+		t.Concurrency, t.LockKeys, t.Safe = sched.Concurrency{}, nil, sched.Always(true)
+		if t.FanOut != nil {
+			t.FanOut = &sched.FanOut{OnError: sched.Continue}
+		}
+		out.Tools[name] = t
+	}
+	return out
 }
 
 // readCalls reads the --calls file (or standard input) and its tool calls.

@@ -155,6 +155,8 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newKeysCommand(&keysOptions{global: g, open: g.open}),
 		newReleaseCommand(&releaseOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
+		newDemoCommand(&demoOptions{}),
+		newDemoToolCommand(),
 	)
 	for _, c := range root.Commands() {
 		c.DisableFlagsInUseLine = true // each Use line shows its flags
