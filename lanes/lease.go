@@ -7,6 +7,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Ticket is one enqueued request of a Session: wait on it for the Lease, or
@@ -76,8 +78,7 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 		return nil
 	}
 	s.untrack(e)
-	e.err = err
-	close(e.ready)
+	s.endWait(e, err)
 	s.mu.Unlock()
 	_, rerr := s.release(ctx, e.id)
 	return rerr
@@ -97,6 +98,8 @@ type Lease struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	lost   chan struct{}
+	span   trace.Span // its hold; nil for a lease that took no lane
+	since  time.Time
 
 	mu   sync.Mutex
 	err  error // why it ended; nil while held
@@ -106,7 +109,7 @@ type Lease struct {
 
 func newLease(s *Session, e *entry, tokens map[string]uint64, values context.Context) *Lease {
 	ctx, cancel := context.WithCancelCause(values)
-	return &Lease{s: s, e: e, tokens: tokens, ctx: ctx, cancel: cancel, lost: make(chan struct{})}
+	return &Lease{s: s, e: e, tokens: tokens, ctx: ctx, cancel: cancel, lost: make(chan struct{}), since: time.Now()}
 }
 
 // ID returns the entry id.
@@ -201,6 +204,11 @@ func (l *Lease) markLost(cause error) {
 	l.err = cause
 	close(l.lost)
 	l.cancel(cause)
+	if l.span != nil {
+		endSpan(l.span, "lost", cause)
+		l.s.tel.count(l.s.tel.lost)
+		l.s.tel.record(l.s.tel.holdDur, seconds(time.Since(l.since)), outcomeLost)
+	}
 }
 
 // end ends the lease without a loss.
@@ -212,4 +220,12 @@ func (l *Lease) end(cause error) {
 	}
 	l.err = cause
 	l.cancel(cause)
+	if l.span != nil {
+		outcome := "released"
+		if errors.Is(cause, ErrClosed) {
+			outcome = "closed"
+		}
+		endSpan(l.span, outcome, nil)
+		l.s.tel.record(l.s.tel.holdDur, seconds(time.Since(l.since)), outcomeReleased)
+	}
 }

@@ -24,6 +24,7 @@ type Memory struct {
 	limits  map[string]int             // recorded while a key has holders or waiters
 	tokens  map[string]uint64          // last token per key; never deleted
 	nested  map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
+	stats   Stats
 	subs    map[string]func([]string)
 }
 
@@ -257,7 +258,7 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 	keys = slices.Clone(keys)
 	sort.Strings(keys)
 	keys = slices.Compact(keys)
-	snap := &Snapshot{Namespace: "memory", Time: st.now}
+	snap := &Snapshot{Namespace: "memory", Time: st.now, Stats: m.stats}
 	for _, k := range keys {
 		limit, ok := m.limits[k]
 		if !ok {
@@ -300,6 +301,11 @@ func (m *Memory) begin() *step {
 	touched := map[string]bool{}
 	for _, e := range m.entries {
 		if !e.deadline.After(st.now) {
+			if e.held {
+				m.stats.ExpiredHolders++
+			} else {
+				m.stats.EvictedWaiters++
+			}
 			m.remove(e, touched)
 		}
 	}
@@ -384,6 +390,7 @@ func (m *Memory) eligible(e *memEntry) bool {
 func (st *step) grant(e *memEntry, notify bool) {
 	m := st.m
 	e.held, e.granted = true, st.now
+	m.stats.Granted++
 	e.tokens = make(map[string]uint64, len(e.Lanes))
 	for _, l := range e.Lanes {
 		if a := e.borrowed[l.Key]; a != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of a Session.
@@ -44,6 +45,7 @@ type Session struct {
 	stop chan struct{}
 	done chan struct{}
 	bg   sync.WaitGroup // best-effort releases of lost leases
+	tel  telemetry
 }
 
 // entry is one request this Session keeps alive.
@@ -57,6 +59,8 @@ type entry struct {
 	finished bool   // no longer kept alive by this Session
 	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
 	ctx      context.Context
+	queued   time.Time  // when its Enqueue step was sent
+	span     trace.Span // its wait
 }
 
 // Option configures NewSession.
@@ -123,12 +127,14 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
+		tel:            newTelemetry(),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
 		}
 	}
+	s.tel.instruments()
 	if s.interval == 0 {
 		s.interval = s.ttl / 3
 	}
@@ -227,9 +233,11 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 			close(e.ready)
 		}
 	}
-	for _, t := range tickets {
+	for i, t := range tickets {
 		if !t.e.finished {
 			t.e.pending = true
+			t.e.queued = sent
+			t.e.span = s.tel.startWait(ctx, reqs[i])
 			s.track(t.e, sent)
 		}
 	}
@@ -248,6 +256,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		for _, t := range tickets {
 			if !t.e.finished {
 				s.untrack(t.e)
+				endSpan(t.e.span, "error", err)
 				sentIDs = append(sentIDs, t.e.id)
 			}
 		}
@@ -281,7 +290,14 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		if t := byID[st.ID]; t != nil {
 			t.e.pending = false
 			t.positions = st.Positions
-			s.apply(t.e, st, sent)
+			if len(st.Positions) > 0 && t.e.span.IsRecording() {
+				far := 0
+				for _, p := range st.Positions {
+					far = max(far, p)
+				}
+				t.e.span.SetAttributes(AttrPosition.Int(far))
+			}
+			s.apply(t.e, st, sent, false)
 			kick = kick || s.hinted[st.ID]
 		}
 	}
@@ -314,21 +330,19 @@ func (s *Session) untrack(e *entry) {
 // apply brings e up to the Status a step sent at sent returned. Entries only
 // move forward, so a stale Status (Waiting after Held) changes nothing.
 // s.mu is held.
-func (s *Session) apply(e *entry, st Status, sent time.Time) {
+func (s *Session) apply(e *entry, st Status, sent time.Time, polled bool) {
 	if e.finished {
 		return
 	}
 	if st.Err != nil {
 		s.untrack(e)
-		e.err = st.Err
-		close(e.ready)
+		s.endWait(e, st.Err)
 		return
 	}
 	switch st.State {
 	case Held:
 		if e.lease == nil {
-			e.lease = newLease(s, e, st.Tokens, e.ctx)
-			close(e.ready)
+			s.grant(e, st.Tokens, polled)
 		}
 		s.renew(e, sent)
 	case Waiting:
@@ -375,6 +389,44 @@ func (s *Session) expire(e *entry) {
 	}
 }
 
+// grant turns the waiting entry e into a lease. polled says the grant was
+// found by a periodic heartbeat, not at enqueue or after a hint. s.mu is held.
+func (s *Session) grant(e *entry, tokens map[string]uint64, polled bool) {
+	endSpan(e.span, "granted", nil)
+	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeGranted)
+	s.tel.count(s.tel.grants)
+	if polled {
+		s.tel.count(s.tel.polls)
+	}
+	values, span := s.tel.startHold(e.ctx, e.id, tokens)
+	e.lease = newLease(s, e, tokens, values)
+	e.lease.span = span
+	close(e.ready)
+}
+
+// endWait ends the wait of e without a grant, with err. s.mu is held.
+func (s *Session) endWait(e *entry, err error) {
+	e.err = err
+	close(e.ready)
+	if e.span == nil {
+		return
+	}
+	outcome := "error"
+	switch {
+	case errors.Is(err, ErrCanceled):
+		outcome = "cancelled"
+	case errors.Is(err, ErrWaitTimeout):
+		outcome = "timed_out"
+	case errors.Is(err, ErrLeaseLost):
+		outcome = "evicted"
+		s.tel.count(s.tel.evict)
+	case errors.Is(err, ErrClosed):
+		outcome = "closed"
+	}
+	endSpan(e.span, outcome, err)
+	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeFailed)
+}
+
 // lose ends e's lease as lost and gives its slots back in the background, so
 // they pass on before the TTL when the backend is reachable. s.mu is held.
 func (s *Session) lose(e *entry, cause error) {
@@ -386,8 +438,7 @@ func (s *Session) lose(e *entry, cause error) {
 // fail ends the wait of e with err. s.mu is held.
 func (s *Session) fail(e *entry, err error) {
 	s.untrack(e)
-	e.err = err
-	close(e.ready)
+	s.endWait(e, err)
 	s.releaseLater(e.id)
 }
 
@@ -491,13 +542,13 @@ func (s *Session) beat(hintedOnly bool) {
 
 	for len(ids) > 0 {
 		n := min(len(ids), MaxStepRequests)
-		s.beatStep(ids[:n])
+		s.beatStep(ids[:n], hintedOnly)
 		ids = ids[n:]
 	}
 }
 
-// beatStep runs one Heartbeat step for ids.
-func (s *Session) beatStep(ids []string) {
+// beatStep runs one Heartbeat step for ids, hinted ones or every one.
+func (s *Session) beatStep(ids []string, hinted bool) {
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
 	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
@@ -509,11 +560,12 @@ func (s *Session) beatStep(ids []string) {
 	}
 	s.lastErr = err
 	if err != nil {
+		s.tel.count(s.tel.beatFails)
 		return // the entries' timers report what this costs
 	}
 	for _, st := range sts {
 		if e := s.entries[st.ID]; e != nil {
-			s.apply(e, st, sent)
+			s.apply(e, st, sent, !hinted)
 		}
 	}
 }
@@ -537,8 +589,7 @@ func (s *Session) Close() error {
 		if e.lease != nil {
 			e.lease.end(ErrClosed)
 		} else {
-			e.err = ErrClosed
-			close(e.ready)
+			s.endWait(e, ErrClosed)
 		}
 	}
 	s.mu.Unlock()

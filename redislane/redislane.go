@@ -22,7 +22,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanes-dev/lanes/internal/otelx"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
@@ -43,10 +47,11 @@ const DefaultPrefix = "lanes"
 // concurrent use. It uses the client's pool for its steps and, once a
 // Session subscribes, one pub/sub connection, however many entries wait.
 type Backend struct {
-	c    redis.UniversalClient
-	ns   string
-	keys []string // the eight KEYS of every script, in lib.lua's order
-	wake string   // prefix of the grant-hint channels
+	c      redis.UniversalClient
+	ns     string
+	keys   []string // the nine KEYS of every script, in lib.lua's order
+	wake   string   // prefix of the grant-hint channels
+	tracer otelx.Tracer
 
 	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
@@ -81,7 +86,7 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	if err := lanes.ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	b := &Backend{c: c, ns: ns, hints: map[string]func([]string){}}
+	b := &Backend{c: c, ns: ns, hints: map[string]func([]string){}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
 	if err := WithPrefix(DefaultPrefix)(b); err != nil {
 		return nil, err
 	}
@@ -95,7 +100,7 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 
 func keyNames(prefix, ns string) []string {
 	base := prefix + ":{" + ns + "}:"
-	names := []string{"entries", "queue", "holds", "limits", "deadlines", "tokens", "seq", "nested"}
+	names := []string{"entries", "queue", "holds", "limits", "deadlines", "tokens", "seq", "nested", "stats"}
 	for i, n := range names {
 		names[i] = base + n
 	}
@@ -106,8 +111,8 @@ func keyNames(prefix, ns string) []string {
 func (b *Backend) Namespace() string { return b.ns }
 
 // Keys returns the names of the namespace's Redis keys, in the order the
-// scripts take them; tokens and seq (the sixth and seventh) are never
-// deleted.
+// scripts take them; tokens, seq and stats (the sixth, seventh and ninth)
+// are never deleted.
 func (b *Backend) Keys() []string { return append([]string(nil), b.keys...) }
 
 // wireRequest is one request as enqueue.lua reads it.
@@ -155,7 +160,7 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	if err := validateOwner(o); err != nil {
 		return nil, err
 	}
-	v, err := enqueueScript.Run(ctx, b.c, b.keys, b.wake, ms(ttl), o.ID, o.Host, o.PID, js).Result()
+	v, err := b.run(ctx, enqueueScript, "enqueue", b.wake, ms(ttl), o.ID, o.Host, o.PID, js)
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
@@ -175,7 +180,7 @@ func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	v, err := heartbeatScript.Run(ctx, b.c, b.keys, args...).Result()
+	v, err := b.run(ctx, heartbeatScript, "heartbeat", args...)
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
@@ -195,7 +200,7 @@ func (b *Backend) Release(ctx context.Context, by string, ids []string) (lanes.R
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	v, err := releaseScript.Run(ctx, b.c, b.keys, args...).Result()
+	v, err := b.run(ctx, releaseScript, "release", args...)
 	if err != nil {
 		return lanes.Released{}, b.mapErr(err)
 	}
@@ -212,7 +217,7 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 		}
 		args = append(args, k)
 	}
-	v, err := inspectScript.Run(ctx, b.c, b.keys, args...).Result()
+	v, err := b.run(ctx, inspectScript, "inspect", args...)
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
@@ -286,6 +291,39 @@ func (b *Backend) Close() error {
 	err := ps.Close()
 	b.reader.Wait()
 	return err
+}
+
+// run runs one script on the namespace's keys, in a span when anything
+// receives spans.
+func (b *Backend) run(ctx context.Context, s *redis.Script, name string, args ...any) (any, error) {
+	if !b.tracer.On() {
+		return s.Run(ctx, b.c, b.keys, args...).Result()
+	}
+	ctx, span := b.tracer.Start(ctx, "lanes.redis "+name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrDBSystem, attrDBOperation, attrNamespace.String(b.ns), attrScript.String(name)))
+	defer span.End()
+	v, err := s.Run(ctx, b.c, b.keys, args...).Result()
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return v, err
+}
+
+// Attributes of the script spans.
+var (
+	attrDBSystem    = attribute.String("db.system.name", "redis")
+	attrDBOperation = attribute.String("db.operation.name", "EVALSHA")
+	attrNamespace   = attribute.Key("lanes.namespace")
+	attrScript      = attribute.Key("lanes.script")
+)
+
+// WithTracerProvider sets where the Backend's spans go, one per script run
+// ("lanes.redis enqueue"...); default the global provider.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(b *Backend) error {
+		b.tracer = otelx.NewTracer(tp, lanes.ScopeName)
+		return nil
+	}
 }
 
 func ms(d time.Duration) int64 {

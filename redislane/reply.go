@@ -163,15 +163,20 @@ func (r *record) entry() lanes.Entry {
 // parseSnapshot reads {now, {{key, limit, holders, waiters}, ...}}.
 func parseSnapshot(v any) (*lanes.Snapshot, error) {
 	f, ok := v.([]any)
-	if !ok || len(f) != 2 {
+	if !ok || len(f) != 3 {
 		return nil, malformed("inspect", v)
 	}
 	now, ok1 := f[0].(int64)
 	keys, ok2 := f[1].([]any)
-	if !ok1 || !ok2 {
+	stats, ok3 := f[2].([]any)
+	if !ok1 || !ok2 || !ok3 || len(stats) != 3 {
 		return nil, malformed("inspect", v)
 	}
 	snap := &lanes.Snapshot{Time: msTime(now)}
+	for i, p := range []*uint64{&snap.Stats.Granted, &snap.Stats.ExpiredHolders, &snap.Stats.EvictedWaiters} {
+		n, _ := stats[i].(int64)
+		*p = uint64(max(n, 0))
+	}
 	for _, kv := range keys {
 		kf, ok := kv.([]any)
 		if !ok || len(kf) != 4 {

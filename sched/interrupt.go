@@ -121,5 +121,8 @@ func (s *Scheduler) Resume(ctx context.Context, cp *Checkpoint, answer string, o
 		return nil, fmt.Errorf("%w: not a checkpoint of this scheduler", ErrConfig)
 	}
 	r := s.newRun(ctx, cp.Calls, o, cp, answer)
-	return r.run(ctx)
+	ctx, span := s.startBatch(ctx, cp.Calls, r.o)
+	res, err := r.run(ctx)
+	endBatch(span, res)
+	return res, err
 }

@@ -341,6 +341,7 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 			cancel(cause)
 		}
 	})
+	body, span := r.s.startTool(body, lease.Context(), c, j.op)
 	body = lanes.WithLineage(body, append(r.lineage, j.entry))
 	body = context.WithValue(body, invocationKey{}, &invocation{r: r, j: j})
 	limit := body
@@ -394,20 +395,24 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 		return o
 	}
 
+	settle := func(o Outcome) {
+		endTool(span, o)
+		r.settleOp(j, o)
+	}
 	select {
 	case res := <-results:
 		// Settled before the lanes are released, so the next holder sees a
 		// failure's consequences (fan-out stop, fail_run) when it starts.
-		r.settleOp(j, outcome(&res))
+		settle(outcome(&res))
 		cleanup()
 	case <-limit.Done():
 		select {
 		case res := <-results:
-			r.settleOp(j, outcome(&res))
+			settle(outcome(&res))
 			cleanup()
 		default:
 			// Reported at once; the lanes stay held until the body returns (rule 6).
-			r.settleOp(j, outcome(nil))
+			settle(outcome(nil))
 			r.s.stragglers.Add(1)
 			go func() {
 				defer r.s.stragglers.Done()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lanes-dev/lanes/internal/otelx"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -111,19 +112,24 @@ type Options struct {
 type Scheduler struct {
 	cfg        Config
 	session    *lanes.Session
+	tracer     otelx.Tracer
 	stragglers sync.WaitGroup
 }
 
 // New returns a Scheduler for cfg on session. It fails with an error wrapping
 // ErrConfig when cfg does not validate.
-func New(cfg Config, session *lanes.Session) (*Scheduler, error) {
+func New(cfg Config, session *lanes.Session, opts ...Option) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if session == nil {
 		return nil, fmt.Errorf("%w: no lanes session", ErrConfig)
 	}
-	return &Scheduler{cfg: cfg, session: session}, nil
+	s := &Scheduler{cfg: cfg, session: session, tracer: otelx.GlobalTracer(lanes.ScopeName)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // Wait blocks until every tool body that Run stopped waiting for (cut off by
@@ -138,7 +144,10 @@ func (s *Scheduler) Wait() { s.stragglers.Wait() }
 // are reported per call, not here); every call's fate is in its Outcome.
 func (s *Scheduler) Run(ctx context.Context, calls []Call, o Options) (*Result, error) {
 	r := s.newRun(ctx, calls, o, nil, "")
-	return r.run(ctx)
+	ctx, span := s.startBatch(ctx, calls, r.o)
+	res, err := r.run(ctx)
+	endBatch(span, res)
+	return res, err
 }
 
 func (s *Scheduler) newRun(ctx context.Context, calls []Call, o Options, cp *Checkpoint, answer string) *run {

@@ -45,6 +45,30 @@ func testDeadHolder(t *testing.T, inst Instance) {
 	release(t, l)
 }
 
+// The backend counts grants, expired holders and evicted waiters.
+func testStats(t *testing.T, inst Instance) {
+	stats := func() lanes.Stats {
+		snap, err := inst.Backend.Inspect(ctxT(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Stats
+	}
+	before := stats()
+	deadOwner(t, inst.Backend, 300*time.Millisecond, req("dead-holder", "k", 1), req("dead-waiter", "k", 1))
+	s := session(t, inst.Backend)
+	w := enqueue(t, s, req("w", "k", 1))[0]
+	passTTL(inst, 300*time.Millisecond)
+	release(t, wait(t, w))
+	after := stats()
+	if d := after.Granted - before.Granted; d != 2 {
+		t.Errorf("Stats.Granted went up by %d; want 2 (the dead holder, then w)", d)
+	}
+	if after.ExpiredHolders-before.ExpiredHolders != 1 || after.EvictedWaiters-before.EvictedWaiters != 1 {
+		t.Errorf("Stats from %+v to %+v; want one more expired holder and one more evicted waiter", before, after)
+	}
+}
+
 // Invariant 6: a dead waiter is purged wherever it stands and blocks no one.
 func testDeadWaiter(t *testing.T, inst Instance) {
 	s := session(t, inst.Backend)

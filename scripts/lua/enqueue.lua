@@ -1,7 +1,7 @@
 -- enqueue.lua: place a batch of requests in their lanes' queues, in order,
 -- in one atomic step, and grant those that are eligible.
 --
--- KEYS: the eight of lib.lua.
+-- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id, [4] host,
 --       [5] pid, [6] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,

@@ -2,7 +2,7 @@
 -- their state; a process runs it for all its entries every heartbeat, and
 -- for hinted waiters at once. It never re-creates an entry that is gone.
 --
--- KEYS: the seven of lib.lua.
+-- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id,
 --       [4...] entry ids.
 -- Reply: one status per id, in order: {id, "h", {key, token, ...}},

@@ -1,11 +1,12 @@
 -- inspect.lua: the holders and waiters of some keys, or of every key that
 -- has any. It expires what is due first, so it shows no dead entry.
 --
--- KEYS: the seven of lib.lua.
+-- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2...] keys (none: every key).
 -- Reply: {now (ms), {{key, limit, {{entry JSON, deadline ms}, ...},
---        {{entry JSON, deadline ms}, ...}}, ...}}: holders in id order,
---        waiters in queue order; keys with neither are left out.
+--        {{entry JSON, deadline ms}, ...}}, ...}, {granted, expired,
+--        evicted}}: holders in id order, waiters in queue order; keys with
+--        neither are left out; the counts of the stats key last.
 
 reap()
 
@@ -34,5 +35,10 @@ for _, key in ipairs(keys) do
   end
 end
 
+local stats = {}
+for _, f in ipairs({'granted', 'expired', 'evicted'}) do
+  stats[#stats + 1] = tonumber(redis.call('HGET', K_STATS, f) or '0')
+end
+
 finish()
-return {NOW, out}
+return {NOW, out, stats}

@@ -1,7 +1,7 @@
 -- lib.lua: helpers shared by enqueue.lua, heartbeat.lua, release.lua and
 -- inspect.lua; package lua puts this file in front of each of them.
 --
--- KEYS (the same eight, in this order, for every lanes script; all share
+-- KEYS (the same nine, in this order, for every lanes script; all share
 -- the namespace's hash tag, e.g. lanes:{ns}:entries):
 --   1 entries    hash: entry id -> entry record (JSON, fields below)
 --   2 queue      sorted set, all scores 0: every lane's FIFO queue at once;
@@ -13,6 +13,9 @@
 --   7 seq        string: the last sequence number; never deleted
 --   8 nested     sorted set, all scores 0: member = ancestor .. "\0" .. id
 --                for every ancestor in an entry's lineage
+--   9 stats      hash: counts since the namespace was first used: granted
+--                (grants), expired (holders whose lease expired), evicted
+--                (waiters that expired); never deleted
 -- ARGV[1] is always the prefix of the grant-hint channels; the owner id
 -- is appended to it.
 --
@@ -24,11 +27,11 @@
 -- ({key = ancestor id}: keys taken by re-entry, neither queued nor held
 -- by the entry itself; absent when none)}.
 
-if #KEYS ~= 8 then
-  return redis.error_reply('LANES_BADARG expected 8 keys, got ' .. #KEYS)
+if #KEYS ~= 9 then
+  return redis.error_reply('LANES_BADARG expected 9 keys, got ' .. #KEYS)
 end
-local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ, K_NESTED =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ, K_NESTED, K_STATS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local CYCLE_MAX = 10000 -- entries a cycle search visits, at most
 local WAKE = ARGV[1]
 local REAP_MAX = 100 -- expired entries removed by one step, at most
@@ -114,6 +117,7 @@ local function grant(e, hint)
   end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
+  redis.call('HINCRBY', K_STATS, 'granted', 1)
   if hint then granted[#granted + 1] = e end
 end
 
@@ -172,7 +176,12 @@ local function reap()
   local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', NOW, 'LIMIT', 0, REAP_MAX)
   for _, id in ipairs(ids) do
     local e = load(id)
-    if e then remove(e, touched) else redis.call('ZREM', K_DEADLINES, id) end
+    if e then
+      redis.call('HINCRBY', K_STATS, e.s == 'h' and 'expired' or 'evicted', 1)
+      remove(e, touched)
+    else
+      redis.call('ZREM', K_DEADLINES, id)
+    end
   end
   scan(touched)
 end

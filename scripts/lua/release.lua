@@ -2,7 +2,7 @@
 -- on, a waiter leaves every queue), then grant the waiters that frees.
 -- Used for release, for cancel, and for `lanectl release --force`.
 --
--- KEYS: the seven of lib.lua.
+-- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2] the caller's owner id ("" for an
 --       operator), [3...] entry ids.
 -- Reply: {{state per id: "h", "w" or "g" (not there)}, {ids granted}}.
