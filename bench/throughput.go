@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// cell is one throughput measurement: procs processes on keys keys.
+type cell struct {
+	col   string
+	procs int
+	keys  int
+}
+
+// name is the cell's -cells name: "8x1" is 8 processes on 1 key.
+func (c cell) name() string { return fmt.Sprintf("%dx%d", c.procs, c.keys) }
+
+var cells = []cell{
+	{"thr1", 1, 1},
+	{"thr8", 8, 1}, // also the fairness cell
+	{"thr64", 64, 1},
+	{"thr64k", 64, 64},
+}
+
+func cellNames() []string {
+	var out []string
+	for _, c := range cells {
+		out = append(out, c.name())
+	}
+	return out
+}
+
+// op is one Acquire of a throughput cell: who, when it was called, when it
+// returned with the key (never, for one still waiting at the end).
+type op struct {
+	proc    int
+	arrive  time.Time
+	granted time.Time // zero: not granted before the cell ended
+}
+
+// cellResult is what one cell of one contender measured.
+type cellResult struct {
+	grants    int // granted before the end of the cell
+	errs      int // failed Acquire calls (other than the end of the cell) and releases
+	ops       []op
+	rt        int64   // round trips of every process
+	clientCPU float64 // this program's CPU time (user+sys), seconds
+	serverCPU float64 // the server's, seconds (server-wide)
+}
+
+// measureThroughput runs every cell for each lock: each process acquires,
+// releases at once, and repeats for cfg.dur; on one key, or on a key chosen
+// at random among 64 per operation. Grants per second count the Acquire
+// calls that returned before the end. The 8-process cell also gives the
+// fairness columns.
+func measureThroughput(ctx context.Context, e *env, ks []*kind, res *results) error {
+	for _, c := range cells { // cell by cell: noise falls on every row alike
+		if len(e.cfg.cells) > 0 && !slices.Contains(e.cfg.cells, c.name()) {
+			continue
+		}
+		for _, k := range ks {
+			if !k.lock {
+				continue
+			}
+			r, err := runCell(ctx, e, k, c)
+			if err != nil {
+				return err
+			}
+			rate := float64(r.grants) / e.cfg.dur.Seconds()
+			res.set(k.id, c.col, rate)
+			detail := ""
+			if r.errs > 0 {
+				detail = fmt.Sprintf(", %d failed attempts", r.errs)
+			}
+			if r.grants > 0 {
+				g := float64(r.grants)
+				if k.redis {
+					detail += fmt.Sprintf(", %.1f round trips, client CPU %s, Redis CPU %s per grant",
+						float64(r.rt)/g, fmtUS(r.clientCPU*1e6/g), fmtUS(r.serverCPU*1e6/g))
+				} else {
+					detail += fmt.Sprintf(", CPU %s per grant", fmtUS(r.clientCPU*1e6/g))
+				}
+			}
+			res.note("throughput %s %s: %d grants in %v%s", k.id, c.col, r.grants, e.cfg.dur, detail)
+			if c.col == "thr8" {
+				setFairness(res, k.id, r.ops, c.procs)
+			}
+		}
+	}
+	return nil
+}
+
+// measureFairnessOnly runs the fairness cell alone (-cols fairness).
+func measureFairnessOnly(ctx context.Context, e *env, ks []*kind, res *results) error {
+	for _, k := range ks {
+		if !k.lock {
+			continue
+		}
+		r, err := runCell(ctx, e, k, cells[1])
+		if err != nil {
+			return err
+		}
+		setFairness(res, k.id, r.ops, cells[1].procs)
+	}
+	return nil
+}
+
+func runCell(ctx context.Context, e *env, k *kind, c cell) (cellResult, error) {
+	var rt atomic.Int64
+	scope := fmt.Sprintf("thr-%d-%d", c.procs, c.keys)
+	ps, closeAll, err := openProcs(ctx, e, k, scope, c.procs, &rt)
+	if err != nil {
+		return cellResult{}, err
+	}
+	defer closeAll()
+	// Warm up each process on a key of its own: scripts, connections.
+	for i, p := range ps {
+		rel, err := p.Acquire(ctx, fmt.Sprintf("warm-%d", i))
+		if err != nil {
+			return cellResult{}, fmt.Errorf("%s: warm-up: %w", k.id, err)
+		}
+		if err := rel(); err != nil {
+			return cellResult{}, fmt.Errorf("%s: warm-up release: %w", k.id, err)
+		}
+	}
+
+	srv0, err := readCounters(ctx, e.srv.admin)
+	if err != nil {
+		return cellResult{}, err
+	}
+	cpu0 := processCPU()
+	start := time.Now()
+	end := start.Add(e.cfg.dur)
+	cctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
+	rt.Store(0)
+	var (
+		mu   sync.Mutex
+		all  []op
+		errs atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for i, p := range ps {
+		wg.Go(func() {
+			var mine []op
+			for time.Now().Before(end) {
+				key := "k"
+				if c.keys > 1 {
+					key = fmt.Sprintf("k%d", rand.N(c.keys))
+				}
+				o := op{proc: i, arrive: time.Now()}
+				rel, err := p.Acquire(cctx, key)
+				if err != nil {
+					if cctx.Err() != nil {
+						mine = append(mine, o) // still waiting when the cell ended
+						break
+					}
+					errs.Add(1)
+					continue
+				}
+				o.granted = time.Now()
+				mine = append(mine, o)
+				if err := rel(); err != nil && !errors.Is(err, context.Canceled) {
+					errs.Add(1)
+				}
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	cpu1 := processCPU()
+	if err := ctx.Err(); err != nil {
+		return cellResult{}, err
+	}
+	srv1, err := readCounters(ctx, e.srv.admin)
+	if err != nil {
+		return cellResult{}, err
+	}
+	_, serverCPU := srv1.sub(srv0)
+	r := cellResult{errs: int(errs.Load()), ops: all, rt: rt.Load(), clientCPU: cpu1 - cpu0, serverCPU: serverCPU}
+	for _, o := range all {
+		if !o.granted.IsZero() && !o.granted.After(end) {
+			r.grants++
+		}
+	}
+	return r, nil
+}
+
+// processCPU is this program's CPU time so far (user+sys), in seconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
