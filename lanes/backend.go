@@ -54,11 +54,12 @@ type Backend interface {
 	// key that has any when keys is empty.
 	Inspect(ctx context.Context, keys []string) (*Snapshot, error)
 
-	// Subscribe arranges for hint to be called with the ids of owner's
-	// entries that another step granted; ctx bounds only the setup. Hints
-	// are best effort (a Session also polls) and may come on any goroutine.
-	// The returned function ends the subscription.
-	Subscribe(ctx context.Context, owner string, hint func(ids []string)) (unsubscribe func(), err error)
+	// Subscribe arranges for hint to be called about owner's entries that
+	// another step granted (the hint carries the grant), removed or took
+	// over; ctx bounds only the setup. Hints are best effort (a Session
+	// also polls) and may come on any goroutine. The returned function ends
+	// the subscription.
+	Subscribe(ctx context.Context, owner string, hint func([]Hint)) (unsubscribe func(), err error)
 }
 
 // State is where an entry stands in a backend.
@@ -82,10 +83,24 @@ func (s State) String() string {
 	}
 }
 
+// Hint is a backend's word to an owner about one of its entries. With
+// Tokens set it is a grant: the entry of sequence number Seq now holds
+// every key it named, with these tokens. Without, the entry changed (it was
+// removed or taken over): the owner should ask with a Heartbeat.
+type Hint struct {
+	ID     string
+	Seq    uint64
+	Tokens map[string]uint64
+}
+
 // Status is one entry's state as a backend step saw it.
 type Status struct {
 	ID    string
 	State State
+	// Seq is the entry's sequence number: its place in the order of
+	// arrival in the backend. A grant's Hint names it, so that a late hint
+	// about an earlier entry of the same id is not taken for a grant.
+	Seq uint64
 	// Tokens holds, for a Held entry, the fencing token of each key:
 	// strictly greater than every token issued before for that key in the
 	// backend (DESIGN.md invariant 5). Tokens start at 1.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -25,7 +26,7 @@ type Memory struct {
 	tokens  map[string]uint64          // last token per key; never deleted
 	nested  map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
 	stats   Stats
-	subs    map[string]func([]string)
+	subs    map[string]func([]Hint)
 }
 
 type memEntry struct {
@@ -60,7 +61,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		limits:  map[string]int{},
 		tokens:  map[string]uint64{},
 		nested:  map[string]map[string]bool{},
-		subs:    map[string]func([]string){},
+		subs:    map[string]func([]Hint){},
 	}
 	for _, o := range opts {
 		o(m)
@@ -73,12 +74,15 @@ func NewMemory(opts ...MemoryOption) *Memory {
 type step struct {
 	m       *Memory
 	now     time.Time
-	granted []*memEntry
-	told    []hint // entries removed or taken over on someone else's behalf
+	granted []ownedHint // grants this step made for their owners
+	told    []ownedHint // entries removed or taken over on someone else's behalf
 }
 
 // hint is one entry id to tell its (former) owner about.
-type hint struct{ owner, id string }
+type ownedHint struct {
+	owner string
+	Hint
+}
 
 // Enqueue implements Backend.
 func (m *Memory) Enqueue(ctx context.Context, owner Owner, ttl time.Duration, reqs []Request) ([]Status, error) {
@@ -140,7 +144,7 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 		}
 		if e != nil {
 			if e.Owner.ID != owner.ID {
-				st.told = append(st.told, hint{e.Owner.ID, e.ID}) // its old owner learns it is gone
+				st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}}) // its old owner learns it is gone
 				e.Owner = owner
 			}
 			e.deadline = st.now.Add(ttl)
@@ -231,12 +235,12 @@ func (m *Memory) Release(ctx context.Context, by string, ids []string) (Released
 		}
 		m.remove(e, touched)
 		if e.Owner.ID != by {
-			st.told = append(st.told, hint{e.Owner.ID, e.ID})
+			st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}})
 		}
 	}
 	st.scan(touched)
-	for _, e := range st.granted {
-		rel.Granted = append(rel.Granted, e.ID)
+	for _, g := range st.granted {
+		rel.Granted = append(rel.Granted, g.ID)
 	}
 	m.mu.Unlock()
 	st.notify()
@@ -280,7 +284,7 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 
 // Subscribe implements Backend. Hints are called on a goroutine of the step
 // that granted, after the backend's lock is released.
-func (m *Memory) Subscribe(ctx context.Context, owner string, hint func(ids []string)) (func(), error) {
+func (m *Memory) Subscribe(ctx context.Context, owner string, hint func([]Hint)) (func(), error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -403,7 +407,7 @@ func (st *step) grant(e *memEntry, notify bool) {
 		e.tokens[l.Key] = m.tokens[l.Key]
 	}
 	if notify {
-		st.granted = append(st.granted, e)
+		st.granted = append(st.granted, ownedHint{e.Owner.ID, Hint{ID: e.ID, Seq: e.seq, Tokens: maps.Clone(e.tokens)}})
 	}
 }
 
@@ -414,7 +418,7 @@ func heldElsewhere(id string, o Owner) error {
 }
 
 func (m *Memory) status(e *memEntry, positions bool) Status {
-	s := Status{ID: e.ID, State: Waiting}
+	s := Status{ID: e.ID, State: Waiting, Seq: e.seq}
 	if e.held {
 		s.State = Held
 		s.Tokens = make(map[string]uint64, len(e.tokens))
@@ -447,15 +451,12 @@ func (st *step) notify() {
 	if len(st.granted)+len(st.told) == 0 {
 		return
 	}
-	byOwner := map[string][]string{}
-	for _, e := range st.granted {
-		byOwner[e.Owner.ID] = append(byOwner[e.Owner.ID], e.ID)
-	}
-	for _, h := range st.told {
-		byOwner[h.owner] = append(byOwner[h.owner], h.id)
+	byOwner := map[string][]Hint{}
+	for _, h := range append(st.granted, st.told...) {
+		byOwner[h.owner] = append(byOwner[h.owner], h.Hint)
 	}
 	st.m.mu.Lock()
-	hints := make(map[string]func([]string), len(byOwner))
+	hints := make(map[string]func([]Hint), len(byOwner))
 	for o := range byOwner {
 		if h := st.m.subs[o]; h != nil {
 			hints[o] = h

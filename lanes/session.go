@@ -58,6 +58,7 @@ type entry struct {
 	err      error  // set when it ended without a grant
 	finished bool   // no longer kept alive by this Session
 	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
+	seq      uint64 // its sequence number in the backend, once known
 	ctx      context.Context
 	queued   time.Time  // when its Enqueue step was sent
 	span     trace.Span // its wait
@@ -289,6 +290,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 	for _, st := range sts {
 		if t := byID[st.ID]; t != nil {
 			t.e.pending = false
+			t.e.seq = st.Seq
 			t.positions = st.Positions
 			if len(st.Positions) > 0 && t.e.span.IsRecording() {
 				far := 0
@@ -475,14 +477,21 @@ func (s *Session) release(ctx context.Context, id string) (State, error) {
 	return r.Was[0], nil
 }
 
-// hint is the Backend's hint that those entries changed (granted, or
-// removed by someone else): it wakes the loop to poll them.
-func (s *Session) hint(ids []string) {
+// hint is the Backend's hint about some entries. A grant of a waiting entry
+// whose sequence number it knows is taken at once: the grant did not move
+// the entry's deadline, so the local one stays right. Any other hint wakes
+// the loop to poll those entries.
+func (s *Session) hint(hints []Hint) {
 	s.mu.Lock()
 	n := 0
-	for _, id := range ids {
-		if e := s.entries[id]; e != nil {
-			s.hinted[id] = true
+	for _, h := range hints {
+		e := s.entries[h.ID]
+		switch {
+		case e == nil, h.Tokens != nil && e.lease != nil:
+		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq:
+			s.grant(e, h.Tokens, false)
+		default:
+			s.hinted[h.ID] = true
 			n++
 		}
 	}

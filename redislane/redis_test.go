@@ -89,11 +89,20 @@ func TestConnectionsDoNotGrowWithWaitersRealRedis(t *testing.T) {
 }
 
 // Real Redis: the waiter learns of a release from the hint, not from its next
-// poll: its poll interval here is longer than the test's deadline.
+// poll (its poll interval here is longer than the test's deadline), and the
+// hint carries the grant: the waiting process makes no round trip for it.
 func TestHandoffByHintRealRedis(t *testing.T) {
 	c := realClient(t)
 	b := newBackend(t, c)
-	holder, waiter := slowPoller(t, b), slowPoller(t, b)
+	wc := realClient(t)
+	rt := &roundTrips{}
+	wc.AddHook(rt)
+	wb, err := redislane.New(wc, b.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wb.Close() })
+	holder, waiter := slowPoller(t, b), slowPoller(t, wb)
 	ctx := context.Background()
 	h, err := holder.Acquire(ctx, lanes.Request{Lanes: one("k", 1)})
 	if err != nil {
@@ -103,6 +112,7 @@ func TestHandoffByHintRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := rt.n.Load()
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +121,12 @@ func TestHandoffByHintRealRedis(t *testing.T) {
 	l, err := tk[0].Wait(wctx)
 	if err != nil {
 		t.Fatalf("Wait() = %v; the grant hint did not arrive", err)
+	}
+	if n := rt.n.Load() - before; n != 0 {
+		t.Errorf("the waiter made %d round trips to learn of its grant; want 0: the hint carries it", n)
+	}
+	if l.Token("k") == 0 {
+		t.Errorf("the hinted grant has no token: %v", l.Tokens())
 	}
 	_ = l.Release(ctx)
 }
@@ -128,7 +144,9 @@ func slowPoller(t *testing.T, b lanes.Backend) *lanes.Session {
 // deaf drops every grant hint, as a cut pub/sub connection would.
 type deaf struct{ lanes.Backend }
 
-func (deaf) Subscribe(context.Context, string, func([]string)) (func(), error) { return func() {}, nil }
+func (deaf) Subscribe(context.Context, string, func([]lanes.Hint)) (func(), error) {
+	return func() {}, nil
+}
 
 // Miniredis: with every hint lost, the heartbeat's poll still finds the grant.
 func TestLostHintFoundByPollMiniredis(t *testing.T) {

@@ -58,7 +58,7 @@ type Backend struct {
 	reader sync.WaitGroup
 
 	hintsMu sync.RWMutex
-	hints   map[string]func([]string) // channel -> hint
+	hints   map[string]func([]lanes.Hint) // channel -> hint
 }
 
 var _ lanes.Backend = (*Backend)(nil)
@@ -86,7 +86,7 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	if err := lanes.ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	b := &Backend{c: c, ns: ns, hints: map[string]func([]string){}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
+	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
 	if err := WithPrefix(DefaultPrefix)(b); err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 // Subscribe implements lanes.Backend. All subscriptions of a Backend share
 // one pub/sub connection, which go-redis re-establishes after a cut; hints
 // published meanwhile are lost, and the Session's polling covers them.
-func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]string)) (func(), error) {
+func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]lanes.Hint)) (func(), error) {
 	ch := b.wake + owner
 	b.hintsMu.Lock()
 	b.hints[ch] = hint
@@ -274,7 +274,7 @@ func (b *Backend) read(msgs <-chan *redis.Message) {
 		hint := b.hints[m.Channel]
 		b.hintsMu.RUnlock()
 		if hint != nil {
-			hint(strings.Fields(m.Payload))
+			hint(parseHints(m.Payload))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lanes-dev/lanes/lanes"
@@ -27,7 +28,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	out := make([]lanes.Status, n)
 	for i, item := range list {
 		f, ok := item.([]any)
-		if !ok || len(f) != 3 {
+		if !ok || len(f) < 3 || len(f) > 4 {
 			return nil, malformed("status", v)
 		}
 		id, _ := f[0].(string)
@@ -38,6 +39,10 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			return nil, malformed("status", v)
 		}
 		st := lanes.Status{ID: id}
+		if len(f) == 4 {
+			seq, _ := f[3].(int64)
+			st.Seq = uint64(max(seq, 0))
+		}
 		switch state {
 		case "h":
 			st.State = lanes.Held
@@ -228,4 +233,39 @@ func parsePair(v any) (*record, time.Time, error) {
 		return nil, time.Time{}, malformed("inspect deadline", v)
 	}
 	return &rec, msTime(int64(d)), nil
+}
+
+// parseHints reads a hint message: a JSON list of {"id", "q", "x"} (see
+// lib.lua's finish). Anything else is read as space-separated ids, hints
+// without a grant, so that a malformed message costs a poll, not a grant.
+func parseHints(payload string) []lanes.Hint {
+	var msgs []struct {
+		ID string            `json:"id"`
+		Q  uint64            `json:"q"`
+		X  map[string]string `json:"x"`
+	}
+	if err := json.Unmarshal([]byte(payload), &msgs); err != nil {
+		var out []lanes.Hint
+		for _, id := range strings.Fields(payload) {
+			out = append(out, lanes.Hint{ID: id})
+		}
+		return out
+	}
+	out := make([]lanes.Hint, 0, len(msgs))
+	for _, m := range msgs {
+		h := lanes.Hint{ID: m.ID, Seq: m.Q}
+		if len(m.X) > 0 {
+			h.Tokens = make(map[string]uint64, len(m.X))
+			for k, v := range m.X {
+				tok, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					h.Tokens = nil // not a grant it can trust: poll
+					break
+				}
+				h.Tokens[k] = tok
+			}
+		}
+		out = append(out, h)
+	}
+	return out
 }

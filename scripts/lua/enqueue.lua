@@ -85,7 +85,7 @@ for _, r in ipairs(reqs) do
         if v then rec = tonumber(v) end
       end
       if rec and rec ~= limit then
-        finish()
+        finish(false)
         return redis.error_reply(string.format('LANES_LIMIT %d %d %s', rec, limit, key))
       end
       batch[key] = limit
@@ -150,5 +150,5 @@ for i, r in ipairs(reqs) do
   end
 end
 
-finish()
+finish(true)
 return out

@@ -40,5 +40,5 @@ for _, f in ipairs({'granted', 'expired', 'evicted'}) do
   stats[#stats + 1] = tonumber(redis.call('HGET', K_STATS, f) or '0')
 end
 
-finish()
+finish(false)
 return {NOW, out, stats}

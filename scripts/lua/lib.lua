@@ -186,8 +186,8 @@ local function reap()
   scan(touched)
 end
 
--- status is what a step tells the caller about e: {id, "h", {key, token, ...}}
--- or {id, "w", {key, position, ...}} (positions only when asked).
+-- status is what a step tells the caller about e: {id, "h", {key, token, ...},
+-- seq} or {id, "w", {key, position, ...}, seq} (positions only when asked).
 local function status(e, positions)
   local detail = {}
   if e.s == 'h' then
@@ -195,7 +195,7 @@ local function status(e, positions)
       detail[#detail + 1] = kl[1]
       detail[#detail + 1] = e.x[kl[1]]
     end
-    return {e.id, 'h', detail}
+    return {e.id, 'h', detail, e.q}
   end
   if positions then
     for _, kl in ipairs(e.k) do
@@ -205,7 +205,7 @@ local function status(e, positions)
       end
     end
   end
-  return {e.id, 'w', detail}
+  return {e.id, 'w', detail, e.q}
 end
 
 -- waits_for lists what entry x waits for, as {id, kind, key}: kind "h" a
@@ -279,30 +279,36 @@ local function cycle(r)
   return nil
 end
 
--- finish publishes one hint per owner (a space-separated list of its
--- entries granted, or removed or taken over by someone else) and sets the
--- safety-net TTL: state keys outlive the
--- latest deadline by a minute, so a namespace whose every process died is
--- cleaned up even if nobody calls again. Tokens and seq never expire.
-local function finish()
+-- finish publishes one hint per owner, a JSON list: {"id", "q": sequence
+-- number, "x": tokens} for each of its entries this step granted (the
+-- owner may take the grant from it without asking), {"id"} for each removed
+-- or taken over by someone else (the owner asks). When extend is set (the
+-- step moved deadlines forward) it keeps the safety-net TTL of the state
+-- keys at least a minute past the latest deadline, so a namespace whose
+-- every process died is cleaned up even if nobody calls again; it touches
+-- the TTLs only when they fall short. Tokens, seq and stats never expire.
+local function finish(extend)
   local by, order = {}, {}
-  for _, e in ipairs(granted) do told[#told + 1] = {e.o, e.id} end
-  for _, t in ipairs(told) do
-    local o, id = t[1], t[2]
+  local function add(o, msg)
     if not by[o] then
       by[o] = {}
       order[#order + 1] = o
     end
-    table.insert(by[o], id)
+    table.insert(by[o], msg)
   end
+  for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x}) end
+  for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
   for _, o in ipairs(order) do
-    redis.call('PUBLISH', WAKE .. o, table.concat(by[o], ' '))
+    redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
   end
+  if not extend then return end
   local last = redis.call('ZRANGE', K_DEADLINES, -1, -1, 'WITHSCORES')
   if #last == 2 then
-    local ms = math.max(tonumber(last[2]) - NOW, 0) + 60000
-    for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES}) do
-      redis.call('PEXPIRE', k, ms)
+    local want = math.max(tonumber(last[2]) - NOW, 0) + 60000
+    if redis.call('PTTL', K_DEADLINES) < want then
+      for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_NESTED}) do
+        redis.call('PEXPIRE', k, want + 60000)
+      end
     end
   end
 end

@@ -27,5 +27,5 @@ end
 scan(touched)
 
 for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
-finish()
+finish(false)
 return {was, ids}
