@@ -131,7 +131,6 @@ type Snapshot struct {
 // Stats counts what happened in a backend's namespace since it was first
 // used (a Redis namespace keeps them with its fencing counters).
 type Stats struct {
-	Granted        uint64 // grants of entries
 	ExpiredHolders uint64 // leases that expired: their holders crashed or stalled
 	EvictedWaiters uint64 // waiting entries that expired: their processes died or stalled
 }

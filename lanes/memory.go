@@ -394,7 +394,6 @@ func (m *Memory) eligible(e *memEntry) bool {
 func (st *step) grant(e *memEntry, notify bool) {
 	m := st.m
 	e.held, e.granted = true, st.now
-	m.stats.Granted++
 	e.tokens = make(map[string]uint64, len(e.Lanes))
 	for _, l := range e.Lanes {
 		if a := e.borrowed[l.Key]; a != nil {

@@ -178,19 +178,17 @@ func (t *telemetry) count(c metric.Int64Counter) {
 // RegisterMetrics reports the state of b's lanes to mp at each collection:
 // per key (attribute lanes.key) the gauges lanes.holders, lanes.waiters and
 // lanes.wait.oldest (seconds the head waiter has waited), and the backend's
-// counts since the namespace was first used: lanes.backend.grants,
-// lanes.leases.expired (crashed or stalled holders) and
-// lanes.waiters.evicted. Each collection runs one Inspect step, bounded by
+// counts since the namespace was first used: lanes.leases.expired (crashed
+// or stalled holders) and lanes.waiters.evicted. Each collection runs one Inspect step, bounded by
 // five seconds; unregister the returned Registration to stop.
 func RegisterMetrics(mp metric.MeterProvider, b Backend) (metric.Registration, error) {
 	m := mp.Meter(ScopeName)
 	holders, err1 := m.Int64ObservableGauge("lanes.holders", metric.WithDescription("Holders of a key"))
 	waiters, err2 := m.Int64ObservableGauge("lanes.waiters", metric.WithDescription("Entries queued for a key"))
 	oldest, err3 := m.Float64ObservableGauge("lanes.wait.oldest", metric.WithUnit("s"), metric.WithDescription("How long the head of a key's queue has waited"))
-	grants, err4 := m.Int64ObservableCounter("lanes.backend.grants", metric.WithDescription("Grants in the namespace"))
 	expired, err5 := m.Int64ObservableCounter("lanes.leases.expired", metric.WithDescription("Leases that expired: their holders crashed or stalled"))
 	evicted, err6 := m.Int64ObservableCounter("lanes.waiters.evicted", metric.WithDescription("Waiting entries that expired"))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+	if err := errors.Join(err1, err2, err3, err5, err6); err != nil {
 		return nil, err
 	}
 	return m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
@@ -208,9 +206,8 @@ func RegisterMetrics(mp metric.MeterProvider, b Backend) (metric.Registration, e
 				o.ObserveFloat64(oldest, snap.Time.Sub(k.Waiters[0].Enqueued).Seconds(), at)
 			}
 		}
-		o.ObserveInt64(grants, int64(snap.Stats.Granted))
 		o.ObserveInt64(expired, int64(snap.Stats.ExpiredHolders))
 		o.ObserveInt64(evicted, int64(snap.Stats.EvictedWaiters))
 		return nil
-	}, holders, waiters, oldest, grants, expired, evicted)
+	}, holders, waiters, oldest, expired, evicted)
 }

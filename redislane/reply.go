@@ -174,11 +174,11 @@ func parseSnapshot(v any) (*lanes.Snapshot, error) {
 	now, ok1 := f[0].(int64)
 	keys, ok2 := f[1].([]any)
 	stats, ok3 := f[2].([]any)
-	if !ok1 || !ok2 || !ok3 || len(stats) != 3 {
+	if !ok1 || !ok2 || !ok3 || len(stats) != 2 {
 		return nil, malformed("inspect", v)
 	}
 	snap := &lanes.Snapshot{Time: msTime(now)}
-	for i, p := range []*uint64{&snap.Stats.Granted, &snap.Stats.ExpiredHolders, &snap.Stats.EvictedWaiters} {
+	for i, p := range []*uint64{&snap.Stats.ExpiredHolders, &snap.Stats.EvictedWaiters} {
 		n, _ := stats[i].(int64)
 		*p = uint64(max(n, 0))
 	}

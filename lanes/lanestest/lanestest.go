@@ -49,7 +49,7 @@ func Run(t *testing.T, h Harness) {
 		{"TokensSurviveEmptyLane", testTokensSurvive},
 		{"DeadHolderExpires", testDeadHolder},
 		{"DeadWaiterIsPurged", testDeadWaiter},
-		{"StatsCountGrantsAndExpiries", testStats},
+		{"StatsCountExpiries", testStats},
 		{"LiveWaiterIsNeverEvicted", testLiveWaiter},
 		{"LostBeforeRegranted", testLostBeforeRegrant},
 		{"ForceReleasedLeaseIsLost", testForceRelease},

@@ -73,16 +73,18 @@ end
 
 reap()
 
--- Check every limit before changing anything (DESIGN.md invariant 9).
-local batch = {}
+-- Check every limit before changing anything (DESIGN.md invariant 9), and
+-- note the keys that are idle (no limit recorded: no holder, no waiter).
+local batch, existing, idle = {}, {}, {}
 for _, r in ipairs(reqs) do
-  if redis.call('HEXISTS', K_ENTRIES, r.id) == 0 then
+  existing[r.id] = load(r.id) or false
+  if not existing[r.id] then
     for _, kl in ipairs(r.k) do
       local key, limit = kl[1], kl[2]
       local rec = batch[key]
       if not rec then
         local v = redis.call('HGET', K_LIMITS, key)
-        if v then rec = tonumber(v) end
+        if v then rec = tonumber(v) else idle[key] = true end
       end
       if rec and rec ~= limit then
         finish(false)
@@ -95,7 +97,7 @@ end
 
 local out = {}
 for i, r in ipairs(reqs) do
-  local e = load(r.id)
+  local e = existing[r.id]
   if e and e.o ~= owner and e.s == 'h' then
     out[i] = {r.id, 'e', {string.format('entry %s is held by another owner (%s pid %s); entry ids must be unique per call',
       r.id, e.h or '?', tostring(e.p))}}
@@ -114,9 +116,12 @@ for i, r in ipairs(reqs) do
     for _, a in ipairs(r.l or {}) do
       redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
     end
+    -- Eligible at once when, on each key it queues for, the holders and
+    -- the waiters (all of them arrived before it) leave room: then it is
+    -- granted without ever being queued.
+    local queued, room = {}, true
     for _, kl in ipairs(r.k) do
-      local key = kl[1]
-      redis.call('HSET', K_LIMITS, key, kl[2])
+      local key, limit = kl[1], kl[2]
       local holder
       for j = #(r.l or {}), 1, -1 do -- the nearest ancestor that holds key
         if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then
@@ -128,14 +133,23 @@ for i, r in ipairs(reqs) do
         e.r = e.r or {}
         e.r[key] = holder
       else
-        redis.call('ZADD', K_QUEUE, 0, qmember(key, seq, r.id))
+        queued[#queued + 1] = key
+        if room and not idle[key] then
+          room = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+            + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) < limit
+        end
       end
+      if idle[key] then redis.call('HSET', K_LIMITS, key, limit) end
+      idle[key] = nil -- not idle for the batch's later requests
     end
     redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
     local words, entries, keys
-    if eligible(e) then
-      grant(e, false)
+    if room then
+      grant(e, false, true)
     else
+      for _, key in ipairs(queued) do
+        redis.call('ZADD', K_QUEUE, 0, qmember(key, seq, r.id))
+      end
       store(e)
       if r.l and #r.l > 0 then words, entries, keys = cycle(e) end
     end
@@ -150,5 +164,5 @@ for i, r in ipairs(reqs) do
   end
 end
 
-finish(true)
+finish(true, ttl)
 return out

@@ -30,5 +30,5 @@ for i = 4, #ARGV do
   end
 end
 
-finish(true)
+finish(true, ttl)
 return out

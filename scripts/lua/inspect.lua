@@ -4,9 +4,9 @@
 -- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2...] keys (none: every key).
 -- Reply: {now (ms), {{key, limit, {{entry JSON, deadline ms}, ...},
---        {{entry JSON, deadline ms}, ...}}, ...}, {granted, expired,
---        evicted}}: holders in id order, waiters in queue order; keys with
---        neither are left out; the counts of the stats key last.
+--        {{entry JSON, deadline ms}, ...}}, ...}, {expired, evicted}}:
+--        holders in id order, waiters in queue order; keys with neither are
+--        left out; the counts of the stats key last.
 
 reap()
 
@@ -36,7 +36,7 @@ for _, key in ipairs(keys) do
 end
 
 local stats = {}
-for _, f in ipairs({'granted', 'expired', 'evicted'}) do
+for _, f in ipairs({'expired', 'evicted'}) do
   stats[#stats + 1] = tonumber(redis.call('HGET', K_STATS, f) or '0')
 end
 

@@ -13,9 +13,9 @@
 --   7 seq        string: the last sequence number; never deleted
 --   8 nested     sorted set, all scores 0: member = ancestor .. "\0" .. id
 --                for every ancestor in an entry's lineage
---   9 stats      hash: counts since the namespace was first used: granted
---                (grants), expired (holders whose lease expired), evicted
---                (waiters that expired); never deleted
+--   9 stats      hash: counts since the namespace was first used: expired
+--                (holders whose lease expired), evicted (waiters that
+--                expired); never deleted
 -- ARGV[1] is always the prefix of the grant-hint channels; the owner id
 -- is appended to it.
 --
@@ -91,8 +91,9 @@ local function eligible(e)
   return true
 end
 
--- grant moves e from every queue to the holders and mints one token per key.
-local function grant(e, hint)
+-- grant moves e from every queue (unqueued: it was never put in them) to
+-- the holders and mints one token per key.
+local function grant(e, hint, unqueued)
   local tokens = {}
   for _, kl in ipairs(e.k) do
     local key = kl[1]
@@ -101,7 +102,7 @@ local function grant(e, hint)
       local anc = load(a) -- the ancestor's slot and token
       tokens[key] = anc and anc.x and anc.x[key] or '0'
     else
-    redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+    if not unqueued then redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id)) end
     redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
     -- A token is above every token issued before for key, and above the
     -- Redis clock in ms times 1024: a counter lost with the data (a restart
@@ -117,7 +118,6 @@ local function grant(e, hint)
   end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
-  redis.call('HINCRBY', K_STATS, 'granted', 1)
   if hint then granted[#granted + 1] = e end
 end
 
@@ -150,20 +150,27 @@ local function scan(touched)
   for key in pairs(touched) do keys[#keys + 1] = key end
   table.sort(keys)
   for _, key in ipairs(keys) do
-    local room = touched[key] - redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+    local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+    local room = touched[key] - held
+    local seen = 0
     if room > 0 then
       local members = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, room)
+      seen = #members
       for _, m in ipairs(members) do
         local id = string.sub(m, #key + 19)
         local e = load(id)
         -- An expired entry that this step did not reap (more than REAP_MAX
         -- were due) is never granted; a later step removes it.
         local dl = redis.call('ZSCORE', K_DEADLINES, id)
-        if e and dl and tonumber(dl) > NOW and eligible(e) then grant(e, true) end
+        if e and dl and tonumber(dl) > NOW and eligible(e) then
+          grant(e, true)
+          held = held + 1
+        end
       end
     end
-    if redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
-      and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0 then
+    -- With no holder left, nothing was granted; an empty first look at the
+    -- queue means it is empty: the key is idle and its limit is forgotten.
+    if held == 0 and seen == 0 and (room > 0 or redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0) then
       redis.call('HDEL', K_LIMITS, key)
     end
   end
@@ -287,7 +294,7 @@ end
 -- keys at least a minute past the latest deadline, so a namespace whose
 -- every process died is cleaned up even if nobody calls again; it touches
 -- the TTLs only when they fall short. Tokens, seq and stats never expire.
-local function finish(extend)
+local function finish(extend, ttl)
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then
@@ -301,14 +308,12 @@ local function finish(extend)
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
   end
-  if not extend then return end
+  if not extend or redis.call('PTTL', K_DEADLINES) >= ttl + 60000 then return end
   local last = redis.call('ZRANGE', K_DEADLINES, -1, -1, 'WITHSCORES')
   if #last == 2 then
-    local want = math.max(tonumber(last[2]) - NOW, 0) + 60000
-    if redis.call('PTTL', K_DEADLINES) < want then
-      for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_NESTED}) do
-        redis.call('PEXPIRE', k, want + 60000)
-      end
+    local want = math.max(tonumber(last[2]) - NOW, 0) + 120000
+    for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_NESTED}) do
+      redis.call('PEXPIRE', k, want)
     end
   end
 end
