@@ -14,6 +14,8 @@
 package lanes
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"unicode"
@@ -182,4 +184,13 @@ func ValidateNamespace(ns string) error {
 		return fmt.Errorf("%w: namespace %q must be 1 to 128 bytes of printable UTF-8 without spaces or braces", ErrInvalid, ns)
 	}
 	return nil
+}
+
+// NewID returns a random id for an entry, an owner or a run: 16 characters
+// of URL-safe base64, 96 random bits. Short, since an entry id is stored
+// with each of its lanes.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }

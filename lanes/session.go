@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -120,7 +119,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 	host, _ := os.Hostname()
 	s := &Session{
 		b:              b,
-		owner:          Owner{ID: uuid.NewString(), Host: host, PID: os.Getpid()},
+		owner:          Owner{ID: NewID(), Host: host, PID: os.Getpid()},
 		ttl:            DefaultTTL,
 		releaseTimeout: DefaultReleaseTimeout,
 		entries:        map[string]*entry{},
@@ -194,7 +193,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 	var send []Request
 	for i := range reqs {
 		if reqs[i].ID == "" {
-			reqs[i].ID = uuid.NewString()
+			reqs[i].ID = NewID()
 		}
 		if err := reqs[i].Validate(); err != nil {
 			return nil, err

@@ -216,10 +216,10 @@ func parseSnapshot(v any) (*lanes.Snapshot, error) {
 	return snap, nil
 }
 
-// parsePair reads {entry JSON, deadline}.
+// parsePair reads {entry JSON, deadline, id}.
 func parsePair(v any) (*record, time.Time, error) {
 	f, ok := v.([]any)
-	if !ok || len(f) != 2 {
+	if !ok || len(f) != 3 {
 		return nil, time.Time{}, malformed("inspect entry", v)
 	}
 	raw, _ := f[0].(string)
@@ -227,6 +227,7 @@ func parsePair(v any) (*record, time.Time, error) {
 	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
 		return nil, time.Time{}, malformed("inspect entry", v)
 	}
+	rec.ID, _ = f[2].(string)
 	dl, _ := f[1].(string)
 	d, err := strconv.ParseFloat(dl, 64)
 	if err != nil {

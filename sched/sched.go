@@ -21,8 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/lanes-dev/lanes/internal/otelx"
 	"github.com/lanes-dev/lanes/lanes"
 )
@@ -160,7 +158,7 @@ func (s *Scheduler) newRun(ctx context.Context, calls []Call, o Options, cp *Che
 		o.RunID = cp.RunID
 	}
 	if o.RunID == "" {
-		o.RunID = uuid.NewString()
+		o.RunID = lanes.NewID()
 	}
 	r := &run{
 		s: s, o: o, runner: runner, calls: calls,

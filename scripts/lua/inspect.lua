@@ -3,8 +3,8 @@
 --
 -- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2...] keys (none: every key).
--- Reply: {now (ms), {{key, limit, {{entry JSON, deadline ms}, ...},
---        {{entry JSON, deadline ms}, ...}}, ...}, {expired, evicted}}:
+-- Reply: {now (ms), {{key, limit, {{entry JSON, deadline ms, id}, ...},
+--        {{entry JSON, deadline ms, id}, ...}}, ...}, {expired, evicted}}:
 --        holders in id order, waiters in queue order; keys with neither are
 --        left out; the counts of the stats key last.
 
@@ -25,11 +25,11 @@ for _, key in ipairs(keys) do
     local holders, waiters = {}, {}
     for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key))) do
       local id = string.sub(m, #key + 2)
-      holders[#holders + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id)}
+      holders[#holders + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id), id}
     end
     for _, m in ipairs(redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key))) do
       local id = string.sub(m, #key + 19)
-      waiters[#waiters + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id)}
+      waiters[#waiters + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id), id}
     end
     out[#out + 1] = {key, tonumber(limit), holders, waiters}
   end

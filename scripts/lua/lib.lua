@@ -19,7 +19,7 @@
 -- ARGV[1] is always the prefix of the grant-hint channels; the owner id
 -- is appended to it.
 --
--- Entry record: {id, o = owner id, h = host, p = pid, c = call id,
+-- Entry record (the value in entries, without its id): {o = owner id, h = host, p = pid, c = call id,
 -- t = tool, n = tenant, l = lineage (list of ids, absent when empty),
 -- k = lanes (list of {key, limit}), s = "w" (waiting) or "h" (held),
 -- q = sequence number, e = enqueued (ms), g = granted (ms),
@@ -48,14 +48,20 @@ end
 local function lo(key) return '[' .. key .. '\0' end
 local function hi(key) return '(' .. key .. '\1' end
 
+-- An entry record is stored without its id, the hash field already names it.
 local function load(id)
   local raw = redis.call('HGET', K_ENTRIES, id)
   if not raw then return nil end
-  return cjson.decode(raw)
+  local e = cjson.decode(raw)
+  e.id = id
+  return e
 end
 
 local function store(e)
-  redis.call('HSET', K_ENTRIES, e.id, cjson.encode(e))
+  local id = e.id
+  e.id = nil
+  redis.call('HSET', K_ENTRIES, id, cjson.encode(e))
+  e.id = id
 end
 
 -- entries granted by this step, which their owners must be told about, and
