@@ -55,7 +55,10 @@ func TestSpansAndMetricsOfOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	read := func(context.Context, sched.Invocation) (string, error) { time.Sleep(time.Millisecond); return "ok", nil }
+	read := func(context.Context, sched.Invocation) (string, error) {
+		time.Sleep(time.Millisecond)
+		return "ok", nil
+	}
 	sc, err := sched.New(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
 		"read": {Safe: safe, Concurrency: sched.Concurrency{Key: "k", Limit: 1}, Run: read},
 	}}, s, sched.WithTracerProvider(tp))
