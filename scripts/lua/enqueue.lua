@@ -164,5 +164,5 @@ for i, r in ipairs(reqs) do
   end
 end
 
-finish(true, ttl)
+finish(false)
 return out

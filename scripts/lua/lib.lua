@@ -295,11 +295,13 @@ end
 -- finish publishes one hint per owner, a JSON list: {"id", "q": sequence
 -- number, "x": tokens} for each of its entries this step granted (the
 -- owner may take the grant from it without asking), {"id"} for each removed
--- or taken over by someone else (the owner asks). When extend is set (the
--- step moved deadlines forward) it keeps the safety-net TTL of the state
--- keys at least a minute past the latest deadline, so a namespace whose
--- every process died is cleaned up even if nobody calls again; it touches
--- the TTLs only when they fall short. Tokens, seq and stats never expire.
+-- or taken over by someone else (the owner asks). When extend is set (a
+-- heartbeat: every live process runs one each TTL/3) it keeps the
+-- safety-net TTL of the state keys at least a minute past the latest
+-- deadline, so a namespace whose every process died is cleaned up even if
+-- nobody calls again; it touches the TTLs only when they fall short. (An
+-- entry whose process died before its first heartbeat waits for the next
+-- step of its namespace.) Tokens, seq and stats never expire.
 local function finish(extend, ttl)
   local by, order = {}, {}
   local function add(o, msg)
