@@ -238,3 +238,26 @@ func underscore(xs []string) []string {
 	}
 	return out
 }
+
+// A call whose run ends while it works out its lock keys never runs, also
+// when it turned out to need no key.
+func TestCallEndedWhileWorkingOutLockKeysNeverRuns(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ran := false
+		keys := func(context.Context, json.RawMessage) ([]string, error) {
+			cancel() // the run ends while the keys are worked out
+			return nil, nil
+		}
+		body := func(context.Context, sched.Invocation) (string, error) { ran = true; return "", nil }
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{"w": {LockKeys: keys, Run: body}}})
+		res, err := s.Run(ctx, calls("c:w"), sched.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran || res.Outcomes[0].Status != sched.NeverDispatched {
+			t.Fatalf("ran %v, outcome %s (%v); want never dispatched, not run", ran, res.Outcomes[0].Status, res.Outcomes[0].Err)
+		}
+	})
+}
