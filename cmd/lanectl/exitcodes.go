@@ -94,10 +94,18 @@ func exitCode(err error) int {
 }
 
 // permissionDenied reports whether Redis refused lanectl's credentials or
-// one of its commands.
+// one of its commands: WRONGPASS, NOAUTH, NOPERM, or the ACL refusal of a
+// command inside a script, which Redis 7.0 reports as "ERR The user
+// executing the script can't ..." and 7.2 on as "ERR ACL failure in
+// script: ...".
 func permissionDenied(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, "WRONGPASS") || strings.Contains(msg, "NOAUTH") || strings.Contains(msg, "NOPERM")
+	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "The user executing the script can't", "ACL failure in script"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // usageError is a mistake in the command line. showUsage asks for the

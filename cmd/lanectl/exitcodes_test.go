@@ -28,6 +28,11 @@ func TestExitCode(t *testing.T) {
 		{"explicit wrapping another", &exitError{code: 79, err: lanes.ErrUnavailable}, 79},
 		{"SIGINT", &interruptError{sig: syscall.SIGINT}, 130},
 		{"SIGTERM wrapped", fmt.Errorf("x: %w", &interruptError{sig: syscall.SIGTERM}), 143},
+		{"wrong password", errors.New("WRONGPASS invalid username-password pair or user is disabled."), 77},
+		{"no auth", fmt.Errorf("x: %w", errors.New("NOAUTH Authentication required.")), 77},
+		{"no permission", errors.New("NOPERM User lanes has no permissions to run the 'get' command"), 77},
+		{"script ACL, Redis 7.0", fmt.Errorf("%w: %w", lanes.ErrUnavailable, errors.New("ERR The user executing the script can't run this command or subcommand script: 829e, on @user_script:311.")), 77},
+		{"script ACL, Redis 7.2", fmt.Errorf("%w: %w", lanes.ErrUnavailable, errors.New("ERR ACL failure in script: User lanes has no permissions to run the 'pttl' command script: 829e")), 77},
 		{"other", errors.New("boom"), 70},
 	}
 	for _, tt := range tests {
@@ -44,6 +49,7 @@ func TestExitCodesDistinct(t *testing.T) {
 	for name, c := range map[string]int{
 		"ok": exitOK, "not found": exitNotFound, "usage": exitUsage, "unavailable": exitUnavailable,
 		"internal": exitInternal, "wait timeout": exitWaitTimeout, "lease lost": exitLeaseLost,
+		"data error": exitDataErr, "no permission": exitNoPerm,
 		"cannot run": exitCannotRun, "command not found": exitCommandNotFound,
 		"SIGINT": exitSignal + int(syscall.SIGINT), "SIGTERM": exitSignal + int(syscall.SIGTERM),
 	} {

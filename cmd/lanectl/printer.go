@@ -47,7 +47,13 @@ func (p tablePrinter) Status(v statusView) error {
 		_, err := fmt.Fprintln(p.w, "no holders or waiters")
 		return err
 	}
-	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
+	return writeStatusTable(p.w, v)
+}
+
+// writeStatusTable writes v as an aligned table: a header line, then for
+// each key its holders and then its waiters, one line each.
+func writeStatusTable(out io.Writer, v statusView) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tLIMIT\tSTATE\tENTRY\tTOKEN\tPOS\tOWNER\tTOOL\tCALL ID\tTENANT\tFOR\tLEASE LEFT")
 	for _, k := range v.Keys {
 		for _, h := range k.Holders {

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"crypto/x509"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 
@@ -73,6 +78,13 @@ func redactSecret(msg, rawURL string) string {
 // rediss:// (TLS), with user and password, a database number and go-redis's
 // query options. Its error is a usageError that shows the URL redacted.
 func parseRedisURL(raw string) (*redis.Options, error) {
+	return parseRedisURLFrom(raw, fmt.Sprintf("--redis URL %q", redactURL(raw)))
+}
+
+// parseRedisURLFrom is parseRedisURL with the error naming the URL as
+// what: a URL read from a file is not quoted (the file may hold a bare
+// password by mistake), only the file is named.
+func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 	opt, err := redis.ParseURL(raw)
 	if err != nil {
 		// url.Parse's errors quote the whole URL, password and all: keep
@@ -81,15 +93,104 @@ func parseRedisURL(raw string) (*redis.Options, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, usageErrorf("bad --redis URL %q: %s", redactURL(raw), strings.TrimSuffix(redactSecret(err.Error(), raw), ":"))
+		reason := redactSecret(err.Error(), raw)
+		if !strings.Contains(raw, "://") {
+			reason = strings.ReplaceAll(reason, raw, redacted)
+		}
+		return nil, usageErrorf("bad %s: %s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"))
 	}
 	if _, port, err := net.SplitHostPort(opt.Addr); err == nil {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, usageErrorf("bad --redis URL %q: port %q is not 1 to 65535", redactURL(raw), port)
+			return nil, usageErrorf("bad %s: port %q is not 1 to 65535", what, port)
 		}
 	}
 	if opt.DB < 0 {
-		return nil, usageErrorf("bad --redis URL %q: database %d is negative", redactURL(raw), opt.DB)
+		return nil, usageErrorf("bad %s: database %d is negative", what, opt.DB)
+	}
+	return opt, nil
+}
+
+// maxURLFile bounds what lanectl reads of a --redis-url-file.
+const maxURLFile = 64 << 10
+
+// readURLFile returns the Redis URL held by the file at path, trimmed of
+// surrounding space. from names the flag or variable that named the file.
+// Its errors are usageErrors that never show the file's content.
+func readURLFile(path, from string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", usageErrorf("cannot read the Redis URL from %s %s: %v", from, path, pathReason(err))
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxURLFile+1))
+	if err != nil {
+		return "", usageErrorf("cannot read the Redis URL from %s %s: %v", from, path, pathReason(err))
+	}
+	if len(b) > maxURLFile {
+		return "", usageErrorf("%s %s is larger than %d KiB; it must hold only the Redis URL", from, path, maxURLFile>>10)
+	}
+	raw := strings.TrimSpace(string(b))
+	switch {
+	case raw == "":
+		return "", usageErrorf("%s %s is empty; it must hold the Redis URL", from, path)
+	case strings.ContainsAny(raw, "\r\n"):
+		return "", usageErrorf("%s %s holds more than one line; it must hold only the Redis URL", from, path)
+	}
+	return raw, nil
+}
+
+// loadCAs returns the pool of the PEM certificates in the file at path.
+func loadCAs(path, from string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageErrorf("cannot read the CA certificates of %s %s: %v", from, path, pathReason(err))
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, usageErrorf("%s %s holds no PEM certificate", from, path)
+	}
+	return pool, nil
+}
+
+// pathReason returns the reason of a file error without the path, which
+// the caller's message names once.
+func pathReason(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// redisOptions returns the client options of the server the global flags
+// name: the URL of --redis, or the one read from --redis-url-file, with
+// the CAs of --redis-ca-file trusted for TLS.
+func (g *globalOptions) redisOptions() (*redis.Options, error) {
+	what := fmt.Sprintf("--redis URL %q", redactURL(g.redisURL))
+	if g.urlFile != "" {
+		raw, err := readURLFile(g.urlFile, g.urlFileFrom)
+		if err != nil {
+			return nil, err
+		}
+		g.redisURL = raw // from now on, its password is redacted from errors
+		what = fmt.Sprintf("Redis URL in %s %s", g.urlFileFrom, g.urlFile)
+	}
+	opt, err := parseRedisURLFrom(g.redisURL, what)
+	if err != nil {
+		return nil, err
+	}
+	if g.caFile != "" {
+		if opt.TLSConfig == nil {
+			if g.caFileFrom != "--redis-ca-file" {
+				return opt, nil // a variable set for other servers: not for this one
+			}
+			return nil, usageErrorf("--redis-ca-file is for TLS servers, and %s is not one (rediss:// is)", redactURL(g.redisURL))
+		}
+		pool, err := loadCAs(g.caFile, g.caFileFrom)
+		if err != nil {
+			return nil, err
+		}
+		opt.TLSConfig.RootCAs = pool
 	}
 	return opt, nil
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,18 +17,21 @@ type releaseOptions struct {
 	global *globalOptions
 	open   opener
 	force  bool
+	yes    bool
 	ids    []string
 }
 
 func newReleaseCommand(o *releaseOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "release --force ENTRY...",
+		Use:   "release --force [--yes] ENTRY...",
 		Short: "Evict entries by force: a holder's lease ends, a waiter leaves its queues",
 		Long: `release removes entries by id, whatever their state: a holder's slots pass to
 the next waiters and its process loses its lease (a lanectl lock sends its
 command SIGTERM and exits 79); a waiter leaves every queue. It needs --force,
-since it takes a lease from another process. It exits 1 when a named entry
-was not found.`,
+since it takes a lease from another process. On a terminal it asks before
+evicting each entry, unless --yes; without one (a script) it does not ask.
+It says which holders it evicted and which waiters were granted next, and
+exits 1 when a named entry was not found.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("release needs at least one ENTRY id (see lanectl status)")
@@ -49,6 +55,7 @@ was not found.`,
 		},
 	}
 	cmd.Flags().BoolVar(&o.force, "force", false, "really evict the entries")
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "do not ask for confirmation on a terminal")
 	return cmd
 }
 
@@ -65,7 +72,14 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return o.global.unavailable(err)
 	}
-	known := entryKeys(snap)
+	known := entryInfos(snap)
+	if !o.yes && o.global.tty(cmd.InOrStdin()) {
+		o.ids = confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), o.ids, known)
+		if len(o.ids) == 0 {
+			_, err := fmt.Fprintln(cmd.ErrOrStderr(), "nothing released")
+			return err
+		}
+	}
 	rel, err := b.Release(ctx, "", o.ids) // an operator's: every owner hears of it
 	if err != nil {
 		return o.global.unavailable(err)
@@ -81,7 +95,7 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 		if rel.Was[i] == lanes.Gone {
 			missing = append(missing, id)
 		} else {
-			r.Keys = append(r.Keys, known[id]...)
+			r.Keys = append(r.Keys, known[id].keys...)
 		}
 		v.Released = append(v.Released, r)
 	}
@@ -108,11 +122,19 @@ type releasedEntry struct {
 	Keys  []string `json:"keys"`
 }
 
-// entryKeys returns the keys of every entry of snap: the lanes it asked
-// for, in its request's order.
-func entryKeys(snap *lanes.Snapshot) map[string][]string {
-	out := map[string][]string{}
-	add := func(e lanes.Entry, key string) {
+// entryInfo is what a snapshot tells of an entry: the keys it asked for,
+// in its request's order, whether it holds them, and its owner.
+type entryInfo struct {
+	keys []string
+	held bool
+	host string
+	pid  int
+}
+
+// entryInfos returns what snap tells of each of its entries.
+func entryInfos(snap *lanes.Snapshot) map[string]entryInfo {
+	out := map[string]entryInfo{}
+	add := func(e lanes.Entry, key string, held bool) {
 		if _, ok := out[e.ID]; ok {
 			return
 		}
@@ -123,14 +145,50 @@ func entryKeys(snap *lanes.Snapshot) map[string][]string {
 		if len(keys) == 0 {
 			keys = append(keys, key)
 		}
-		out[e.ID] = keys
+		out[e.ID] = entryInfo{keys: keys, held: held, host: e.Owner.Host, pid: e.Owner.PID}
 	}
 	for _, k := range snap.Keys {
 		for _, h := range k.Holders {
-			add(h.Entry, k.Key)
+			add(h.Entry, k.Key, true)
 		}
 		for _, w := range k.Waiters {
-			add(w.Entry, k.Key)
+			add(w.Entry, k.Key, false)
+		}
+	}
+	return out
+}
+
+// confirm asks on w, for each entry of ids that known has, whether to
+// evict it, reads the answers from r, and returns the ids to release: those
+// confirmed with y or yes, and those unknown (their release says they are
+// gone). An entry not confirmed is left alone, and w says so.
+func confirm(r io.Reader, w io.Writer, ids []string, known map[string]entryInfo) []string {
+	in := bufio.NewReader(r)
+	var out []string
+	for _, id := range ids {
+		e, ok := known[id]
+		if !ok {
+			out = append(out, id)
+			continue
+		}
+		what := "waiter on"
+		if e.held {
+			what = "holder of"
+		}
+		host := e.host
+		if host == "" {
+			host = "?"
+		}
+		fmt.Fprintf(w, "evict %s (%s %s) of %s? [y/N] ", cell(id), what, strings.Join(e.keys, ", "), cell(host)+":"+strconv.Itoa(e.pid))
+		answer, err := in.ReadString('\n')
+		if err != nil && answer == "" {
+			fmt.Fprintln(w)
+		}
+		switch strings.ToLower(strings.TrimSpace(answer)) {
+		case "y", "yes":
+			out = append(out, id)
+		default:
+			fmt.Fprintf(w, "left %s alone\n", cell(id))
 		}
 	}
 	return out

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -90,5 +92,101 @@ func TestReleaseWithoutForce(t *testing.T) {
 	assertOneLine(t, stderr)
 	if snap := s.inspect(t); len(snap.Keys) == 0 || snap.Keys[0].Holders[0].ID != "h1" {
 		t.Errorf("after release without --force, Inspect() = %+v; want h1 still holding k1", snap.Keys)
+	}
+}
+
+// runOnTerminal runs lanectl in process as if its standard streams were a
+// terminal, with stdin as what the user types.
+func runOnTerminal(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	g := &globalOptions{getenv: noEnv, terminal: func(any) bool { return true }}
+	code = runWith(ctx, g, nil, args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// TestReleaseConfirm: on a terminal, release asks for each entry, evicts
+// those confirmed, leaves the others alone and says so.
+func TestReleaseConfirm(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runOnTerminal(t, "y\nn\n", s.args("release", "--force", "h1", "w3", "nosuch")...)
+	if code != exitNotFound {
+		t.Errorf("release of a missing entry = %d; want %d", code, exitNotFound)
+	}
+	wantPrompts := "evict h1 (holder of k1) of test-host:4242? [y/N] " +
+		"evict w3 (waiter on k1, k3) of test-host:4242? [y/N] left w3 alone\n"
+	if !strings.HasPrefix(stderr, wantPrompts) {
+		t.Errorf("stderr = %q; want the prompts %q first", stderr, wantPrompts)
+	}
+	if want := "released h1 (holder of k1)\ngranted next: w1\n"; out != want {
+		t.Errorf("stdout = %q; want %q", out, want)
+	}
+	snap := s.inspect(t)
+	if hs, ws := snap.Keys[0].Holders, snap.Keys[0].Waiters; hs[0].ID != "w1" || len(ws) != 2 || ws[1].ID != "w3" {
+		t.Errorf("k1 after the release = %+v, %+v; want w1 holding, w2 and w3 waiting", hs, ws)
+	}
+}
+
+// TestReleaseConfirmNo: declining every entry releases nothing, exits 0.
+func TestReleaseConfirmNo(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	for _, answer := range []string{"n\n", "\n", "whatever\n", ""} {
+		code, out, stderr := runOnTerminal(t, answer, s.args("release", "--force", "h1")...)
+		if code != 0 || out != "" || !strings.HasSuffix(stderr, "left h1 alone\nnothing released\n") {
+			t.Errorf("release answered %q = %d, stdout %q, stderr %q; want 0, nothing, and that h1 was left alone", answer, code, out, stderr)
+		}
+	}
+	if snap := s.inspect(t); snap.Keys[0].Holders[0].ID != "h1" {
+		t.Errorf("after declining, k1 is held by %s; want h1", snap.Keys[0].Holders[0].ID)
+	}
+}
+
+// TestReleaseYes: --yes evicts without asking, on a terminal too; without
+// a terminal release never asks (scripts).
+func TestReleaseYes(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runOnTerminal(t, "", s.args("release", "--force", "--yes", "h1")...)
+	if code != 0 || stderr != "" || out != "released h1 (holder of k1)\ngranted next: w1\n" {
+		t.Errorf("release --yes = %d, stdout %q, stderr %q; want 0, the release, no prompt", code, out, stderr)
+	}
+	code, out, stderr = runInProcess(t, s.args("release", "--force", "w1")...)
+	if code != 0 || stderr != "" || out != "released w1 (holder of k1)\ngranted next: w2\n" {
+		t.Errorf("release without a terminal = %d, stdout %q, stderr %q; want 0, the release, no prompt", code, out, stderr)
+	}
+}
+
+// TestReleaseConfirmPTY answers the prompt on a real pseudo-terminal.
+func TestReleaseConfirmPTY(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	p := startPTY(t, s.args("release", "--force", "h1", "w2")...)
+	prompt := func(want string) {
+		t.Helper()
+		eventually(t, "release asked "+want, func() bool { return strings.Contains(p.out.String(), want) })
+	}
+	prompt("evict h1 (holder of k1) of test-host:4242? [y/N] ")
+	if _, err := p.tty.Write([]byte("y\n")); err != nil {
+		t.Fatal(err)
+	}
+	prompt("evict w2 (waiter on k1) of test-host:4242? [y/N] ")
+	if _, err := p.tty.Write([]byte("N\n")); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 0 {
+		t.Errorf("release = %d; want 0; output %q", code, p.out)
+	}
+	out := strings.ReplaceAll(p.out.String(), "\r\n", "\n")
+	for _, want := range []string{"left w2 alone\n", "released h1 (holder of k1)\n", "granted next: w1\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output %q lacks %q", out, want)
+		}
+	}
+	if snap := s.inspect(t); snap.Keys[0].Holders[0].ID != "w1" || len(snap.Keys[0].Waiters) != 2 {
+		t.Errorf("k1 after the release = %+v; want w1 holding, w2 and w3 waiting", snap.Keys[0])
 	}
 }

@@ -25,17 +25,56 @@ type globalOptions struct {
 	namespace string
 	json      bool
 
+	// urlFile names the file that holds the Redis URL (--redis-url-file or
+	// $LANES_REDIS_URL_FILE), read by open; urlFileFrom says which of the
+	// two named it, for messages.
+	urlFile, urlFileFrom string
+	// caFile names the PEM file of the CAs that a rediss:// server's
+	// certificate must chain to (--redis-ca-file or $LANES_REDIS_CA_FILE);
+	// caFileFrom says which, for messages.
+	caFile, caFileFrom string
+
 	getenv func(string) string
+	// terminal reports whether its argument (stdin, stdout) is a terminal;
+	// nil means isTerminal. Tests replace it.
+	terminal func(any) bool
 }
 
 // resolve fills in what the flags left unset from the environment, then
-// the defaults.
-func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) {
-	if !flags.Changed("redis") {
-		g.redisURL = defaultRedisURL
-		if v := g.getenv("LANES_REDIS_URL"); v != "" {
-			g.redisURL = v
+// the defaults. The server comes from --redis or --redis-url-file (never
+// both), else $LANES_REDIS_URL or $LANES_REDIS_URL_FILE (never both), else
+// the default; a URL file is read by open, so that commands that do not
+// talk to Redis do not need it.
+func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
+	switch {
+	case flags.Changed("redis") && flags.Changed("redis-url-file"):
+		return usageErrorf("--redis and --redis-url-file both name the Redis server; give one")
+	case flags.Changed("redis"):
+	case flags.Changed("redis-url-file"):
+		g.urlFileFrom = "--redis-url-file"
+		if g.urlFile == "" {
+			return usageErrorf("--redis-url-file needs a file name")
 		}
+	default:
+		url, file := g.getenv("LANES_REDIS_URL"), g.getenv("LANES_REDIS_URL_FILE")
+		switch {
+		case url != "" && file != "":
+			return usageErrorf("LANES_REDIS_URL and LANES_REDIS_URL_FILE are both set; unset one (or give --redis)")
+		case file != "":
+			g.urlFile, g.urlFileFrom = file, "LANES_REDIS_URL_FILE"
+		case url != "":
+			g.redisURL = url
+		default:
+			g.redisURL = defaultRedisURL
+		}
+	}
+	if flags.Changed("redis-ca-file") {
+		g.caFileFrom = "--redis-ca-file"
+		if g.caFile == "" {
+			return usageErrorf("--redis-ca-file needs a file name")
+		}
+	} else if v := g.getenv("LANES_REDIS_CA_FILE"); v != "" {
+		g.caFile, g.caFileFrom = v, "LANES_REDIS_CA_FILE"
 	}
 	if !flags.Changed("namespace") {
 		g.namespace = "default"
@@ -43,6 +82,16 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) {
 			g.namespace = v
 		}
 	}
+	return nil
+}
+
+// tty reports whether f, one of the command's standard streams, is a
+// terminal.
+func (g *globalOptions) tty(f any) bool {
+	if g.terminal != nil {
+		return g.terminal(f)
+	}
+	return isTerminal(f)
 }
 
 // opener connects to the lanes of the namespace the global flags name. The
@@ -52,7 +101,7 @@ type opener func(ctx context.Context) (lanes.Backend, func(), error)
 // open is the opener of lanectl: a redislane Backend on the --redis server,
 // checked with a PING so that an unreachable server is reported at once.
 func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error) {
-	opt, err := parseRedisURL(g.redisURL)
+	opt, err := g.redisOptions()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -117,8 +166,11 @@ func newRootCommand(g *globalOptions, relay *signalRelay) *cobra.Command {
 		Short: "Inspect and use lanes: cluster-wide FIFO locks and limits on Redis",
 		Long: `lanectl inspects and uses lanes, bounded FIFO resources shared through Redis.
 
-The server comes from --redis, else $LANES_REDIS_URL, else ` + defaultRedisURL + `;
-the namespace from --namespace, else $LANES_NAMESPACE, else "default".
+The server comes from --redis or --redis-url-file, else $LANES_REDIS_URL or
+$LANES_REDIS_URL_FILE, else ` + defaultRedisURL + `; the namespace from
+--namespace, else $LANES_NAMESPACE, else "default". A rediss:// server's
+certificate is checked against the system's CAs, or those of --redis-ca-file
+($LANES_REDIS_CA_FILE).
 Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -134,8 +186,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return nil },
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			g.resolve(cmd.Flags())
-			return nil
+			return g.resolve(cmd.Flags())
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
@@ -145,6 +196,8 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.redisURL, "redis", "", `Redis URL, redis:// or rediss:// (TLS), user and password in the URL (default $LANES_REDIS_URL, else `+defaultRedisURL+`)`)
+	pf.StringVar(&g.urlFile, "redis-url-file", "", `file holding the Redis URL, so that its password is not in the command line (default $LANES_REDIS_URL_FILE)`)
+	pf.StringVar(&g.caFile, "redis-ca-file", "", `PEM file of the CA certificates a rediss:// server's certificate must chain to (default $LANES_REDIS_CA_FILE, else the system's)`)
 	pf.StringVar(&g.namespace, "namespace", "", `namespace of the lanes (default $LANES_NAMESPACE, else "default")`)
 	pf.BoolVar(&g.json, "json", false, "print JSON for scripts instead of tables")
 
@@ -154,6 +207,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newStatusCommand(&statusOptions{global: g, open: g.open}),
 		newKeysCommand(&keysOptions{global: g, open: g.open}),
 		newReleaseCommand(&releaseOptions{global: g, open: g.open}),
+		newWatchCommand(&watchOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
 		newDemoCommand(&demoOptions{}),
 		newDemoToolCommand(),
@@ -168,7 +222,11 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 // printed to stderr as one line, `lanectl: <message>`, after the usage of
 // the command when the mistake was in the command line.
 func run(ctx context.Context, relay *signalRelay, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	g := &globalOptions{getenv: getenv}
+	return runWith(ctx, &globalOptions{getenv: getenv}, relay, args, stdin, stdout, stderr)
+}
+
+// runWith is run on the global options g, which tests prepare.
+func runWith(ctx context.Context, g *globalOptions, relay *signalRelay, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCommand(g, relay)
 	root.SetArgs(args)
 	root.SetIn(stdin)

@@ -9,8 +9,8 @@
 --       1 to 1000 requests and 4096 lanes in all; ids without spaces or
 --       NUL; keys non-empty strings without NUL; limits whole numbers from
 --       1 to 2^30. Anything else is refused before any change.
--- Reply: one status per request, in order: {id, "h", {key, token, ...}},
---        {id, "w", {key, position from 1, ...}}, or {id, "e", {message}}
+-- Reply: one status per request, in order: {id, "h", {key, token, ...}, seq},
+--        {id, "w", {key, position from 1, ...}, seq}, or {id, "e", {message}}
 --        when that one request is refused. An id that exists already is
 --        not enqueued again: for the same owner (a retry) it keeps its
 --        place and state and renews its deadline; a waiting entry of

@@ -5,8 +5,8 @@
 -- KEYS: the nine of lib.lua.
 -- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id,
 --       [4...] entry ids.
--- Reply: one status per id, in order: {id, "h", {key, token, ...}},
---        {id, "w", {}} or {id, "g", {}} (gone: expired, released, or
+-- Reply: one status per id, in order: {id, "h", {key, token, ...}, seq},
+--        {id, "w", {}, seq} or {id, "g", {}} (gone: expired, released, or
 --        taken over by another owner; then it is not renewed).
 -- Errors: LANES_BADARG <what>.
 
@@ -30,5 +30,5 @@ for i = 4, #ARGV do
   end
 end
 
-finish(true, ttl)
+finish(true)
 return out

@@ -296,13 +296,13 @@ end
 -- number, "x": tokens} for each of its entries this step granted (the
 -- owner may take the grant from it without asking), {"id"} for each removed
 -- or taken over by someone else (the owner asks). When extend is set (a
--- heartbeat: every live process runs one each TTL/3) it keeps the
--- safety-net TTL of the state keys at least a minute past the latest
--- deadline, so a namespace whose every process died is cleaned up even if
--- nobody calls again; it touches the TTLs only when they fall short. (An
--- entry whose process died before its first heartbeat waits for the next
--- step of its namespace.) Tokens, seq and stats never expire.
-local function finish(extend, ttl)
+-- heartbeat: every live process runs one each TTL/3) it sets the
+-- safety-net TTL of every state key to a minute past the latest deadline,
+-- so a namespace whose every process died is cleaned up even if nobody
+-- calls again. (A key created after the last heartbeat, or an entry whose
+-- process died before its first heartbeat, waits for the next heartbeat
+-- or step of its namespace.) Tokens, seq and stats never expire.
+local function finish(extend)
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then
@@ -316,10 +316,10 @@ local function finish(extend, ttl)
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
   end
-  if not extend or redis.call('PTTL', K_DEADLINES) >= ttl + 60000 then return end
+  if not extend then return end
   local last = redis.call('ZRANGE', K_DEADLINES, -1, -1, 'WITHSCORES')
   if #last == 2 then
-    local want = math.max(tonumber(last[2]) - NOW, 0) + 120000
+    local want = math.max(tonumber(last[2]) - NOW, 0) + 60000
     for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_NESTED}) do
       redis.call('PEXPIRE', k, want)
     end
