@@ -47,3 +47,17 @@ lint:
 
 clean:
 	rm -rf $(BIN)
+
+# The fault-injection suite at full size (docs/RELIABILITY.md): the checkers'
+# unit tests, then every chaos scenario's long run (the soak alone makes
+# 10,000+ lane requests from 8+ processes), each against a redis-server it
+# starts itself (redis-server must be on PATH). The results table goes to
+# .cache/chaos.md, the whole log to .cache/chaos.log.
+.PHONY: chaos
+chaos:
+	@mkdir -p .cache && rm -f .cache/chaos.md
+	@LANES_CHAOS=long LANES_CHAOS_REPORT=$(CURDIR)/.cache/chaos.md $(GO) test -count=1 -timeout 60m -v \
+		-run '^Test(Chaos|Check|Models|Recorder)' ./integration/ ./integration/chaos/ >.cache/chaos.log 2>&1; status=$$?; \
+	grep -E '^(--- |ok|FAIL)|VIOLATION|SKIP: ' .cache/chaos.log; echo; \
+	echo '| scenario | processes | lane requests | faults injected | violations | recovery after a holder crash p50 / p99 | run time | reproduce |'; \
+	echo '|---|---|---|---|---|---|---|---|'; cat .cache/chaos.md; exit $$status

@@ -34,11 +34,12 @@ type Session struct {
 	releaseTimeout time.Duration
 	unsubscribe    func()
 
-	mu      sync.Mutex
-	entries map[string]*entry // waiters and holders kept alive
-	hinted  map[string]bool   // waiters a hint named since the last beat
-	lastErr error             // the last heartbeat's error; nil after a success
-	closed  bool
+	mu       sync.Mutex
+	entries  map[string]*entry // waiters and holders kept alive
+	hinted   map[string]bool   // waiters a hint named since the last beat
+	lastErr  error             // the last heartbeat's error; nil after a success
+	inflight time.Time         // when the heartbeat now in flight was sent; zero when none
+	closed   bool
 
 	kick chan struct{} // wakes the loop for hinted entries
 	stop chan struct{}
@@ -374,16 +375,28 @@ func (s *Session) expire(e *entry) {
 	if e.finished || time.Now().Before(e.deadline) {
 		return
 	}
+	// Whose fault: a heartbeat that failed to reach the backend, or one
+	// still unanswered while this timer fires on time, means the backend; a
+	// timer that fires well after its time means this process was stopped
+	// or starved.
 	why := "no heartbeat reached the backend within the TTL"
-	if s.lastErr != nil {
+	unreachable := false
+	switch late := time.Since(e.deadline); {
+	case s.lastErr != nil:
 		why += "; last heartbeat: " + s.lastErr.Error()
-	} else {
-		why += " (this process did not renew in time: stopped or starved?)"
+		unreachable = errors.Is(s.lastErr, ErrUnavailable)
+	case late > s.margin:
+		why += fmt.Sprintf(" (this process did not run for %v: stopped or starved)", late.Round(time.Millisecond))
+	case !s.inflight.IsZero():
+		why += fmt.Sprintf("; the heartbeat sent %v ago has no answer", time.Since(s.inflight).Round(time.Millisecond))
+		unreachable = true
+	default:
+		why += " (this process did not renew in time)"
 	}
 	switch {
 	case e.lease != nil:
 		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
-	case s.lastErr != nil && errors.Is(s.lastErr, ErrUnavailable):
+	case unreachable:
 		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrUnavailable, e.id, why))
 	default:
 		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrLeaseLost, e.id, why))
@@ -558,11 +571,15 @@ func (s *Session) beat(hintedOnly bool) {
 // beatStep runs one Heartbeat step for ids, hinted ones or every one.
 func (s *Session) beatStep(ids []string, hinted bool) {
 	sent := time.Now()
+	s.mu.Lock()
+	s.inflight = sent
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
 	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
 	cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.inflight = time.Time{}
 	if err == nil && len(sts) != len(ids) {
 		err = fmt.Errorf("%w: backend answered %d statuses for %d entries", ErrUnavailable, len(sts), len(ids))
 	}

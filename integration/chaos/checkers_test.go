@@ -1,0 +1,328 @@
+package chaos
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// synth builds a synthetic history, times in arbitrary units.
+type synth struct{ evs []Event }
+
+func (s *synth) add(t int64, e Event) {
+	e.Time = t
+	s.evs = append(s.evs, e)
+}
+
+// proc records a clean start and exit of a process around everything.
+func (s *synth) proc(name string) {
+	s.add(0, Event{Proc: name, Op: OpStart, Phase: Ok})
+	s.add(1_000_000, Event{Proc: name, Op: OpExit, Phase: Ok})
+}
+
+// grant records a request of key (limit) by proc that was invoked at inv,
+// enqueued by enq, granted at got with tok, released over [rel, rel+1].
+func (s *synth) grant(proc, id, key string, limit int, inv, enq, got int64, tok uint64, rel int64) {
+	base := Event{Proc: proc, ID: id, NS: "ns", Keys: []string{key}, Limits: []int{limit}}
+	s.add(inv, withOp(base, OpAcquire, Invoke))
+	s.add(inv, withOp(base, OpEnqueue, Invoke))
+	s.add(enq, withOp(base, OpEnqueue, Ok))
+	ok := withOp(base, OpAcquire, Ok)
+	ok.Tokens = map[string]uint64{key: tok}
+	s.add(got, ok)
+	if rel > 0 {
+		s.add(rel, withOp(base, OpRelease, Invoke))
+		s.add(rel+1, withOp(base, OpRelease, Ok))
+	}
+}
+
+func (s *synth) history() *History {
+	sort.SliceStable(s.evs, func(i, j int) bool { return s.evs[i].Time < s.evs[j].Time })
+	return Build(s.evs)
+}
+
+func checkers(vs []Violation) string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Checker)
+	}
+	return strings.Join(out, ",")
+}
+
+func wantOnly(t *testing.T, vs []Violation, checker, text string) {
+	t.Helper()
+	if len(vs) == 0 {
+		t.Fatalf("no violation reported; want %s (%q)", checker, text)
+	}
+	for _, v := range vs {
+		t.Logf("reported: %s", v)
+		if v.Checker != checker || !strings.Contains(v.Msg, text) {
+			t.Errorf("got %s; want only %s violations mentioning %q", v, checker, text)
+		}
+	}
+}
+
+// A valid history, with a lease lost and confirmed gone and a killed
+// process, raises nothing.
+func TestCheckersAcceptValidHistory(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.add(0, Event{Proc: "c", Op: OpStart, Phase: Ok})
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 1, 20)
+	s.grant("b", "b1", "K", 1, 15, 16, 25, 2, 30) // waited for a1
+	s.grant("a", "a2", "K", 1, 40, 41, 42, 3, 0)  // lost: never released, confirmed gone at 60
+	lost := Event{Proc: "a", ID: "a2", NS: "ns", Keys: []string{"K"}, Limits: []int{1}}
+	s.add(55, withOp(lost, OpRelease, Invoke))
+	f := withOp(lost, OpRelease, Fail)
+	f.Class = ClassLost
+	s.add(56, f)
+	s.add(60, withOp(lost, OpGone, Ok))
+	s.grant("b", "b2", "K", 1, 45, 46, 58, 4, 70) // granted after a2 expired
+	s.grant("c", "c1", "K", 1, 80, 81, 82, 5, 0)  // c dies holding it
+	s.add(85, Event{Proc: "harness", Op: OpKill, Phase: Ok, ID: "c"})
+	s.grant("a", "a3", "K", 1, 84, 86, 95, 6, 100)
+	s.grant("a", "s1", "S", 2, 10, 11, 12, 1, 50)
+	s.grant("b", "s2", "S", 2, 10, 11, 12, 2, 50)
+	h := s.history()
+	if vs := Check(h, Options{}); len(vs) != 0 {
+		t.Fatalf("violations in a valid history: %v", vs)
+	}
+	rs := Recoveries(h)
+	if len(rs) != 1 || rs[0].Took != 10 {
+		t.Fatalf("recoveries %v; want one of 10 units (kill at 85, a3 granted at 95)", rs)
+	}
+}
+
+// An over-limit overlap: b1 is granted while a1 still holds the mutex.
+func TestCheckersCatchOverLimitOverlap(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 1, 30)
+	s.grant("b", "b1", "K", 1, 13, 14, 15, 2, 40)
+	wantOnly(t, Check(s.history(), Options{}), "mutex", "over-limit overlap")
+}
+
+// The semaphore: three holders of a key of limit 2.
+func TestCheckersCatchSemaphoreOverLimit(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "s1", "S", 2, 10, 11, 12, 1, 30)
+	s.grant("b", "s2", "S", 2, 10, 11, 13, 2, 30)
+	s.grant("a", "s3", "S", 2, 10, 11, 14, 3, 30)
+	wantOnly(t, Check(s.history(), Options{}), "semaphore", "over-limit overlap")
+}
+
+// An out-of-order grant: a1's enqueue returned before b1 asked, yet b1 was
+// granted (and released) first.
+func TestCheckersCatchOutOfOrderGrant(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 5, 20, 2, 25)
+	s.grant("b", "b1", "K", 1, 6, 7, 10, 1, 15)
+	wantOnly(t, Check(s.history(), Options{}), "fifo", "out-of-order grant")
+}
+
+// Concurrent enqueues have no known order: the same grants are fine when
+// a1's enqueue had not returned before b1 asked.
+func TestCheckersLeaveConcurrentEnqueuesUnordered(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 8, 20, 2, 25)
+	s.grant("b", "b1", "K", 1, 6, 7, 10, 1, 15)
+	if vs := Check(s.history(), Options{}); len(vs) != 0 {
+		t.Fatalf("violations for concurrent enqueues: %v", vs)
+	}
+}
+
+// A lease its holder still found valid (Lease.Err said nil) after its slot
+// went to another: the holder was not told of the loss in time.
+func TestCheckersCatchValidAfterRegrant(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 1, 0)
+	base := Event{Proc: "a", ID: "a1", NS: "ns", Keys: []string{"K"}, Limits: []int{1}}
+	s.add(30, withOp(base, OpValid, Invoke))
+	s.add(31, withOp(base, OpValid, Ok))
+	s.add(40, withOp(base, OpRelease, Invoke))
+	f := withOp(base, OpRelease, Fail)
+	f.Class = ClassNotHolder
+	s.add(41, f)
+	s.add(42, withOp(base, OpGone, Ok))
+	s.grant("b", "b1", "K", 1, 10, 11, 20, 2, 50)
+	wantOnly(t, Check(s.history(), Options{}), "mutex", "not told of its loss in time")
+	if vs := Check(s.history(), Options{DataLoss: true}); len(vs) != 0 {
+		t.Fatalf("with DataLoss, Lease.Err answers are not checked; got %v", vs)
+	}
+}
+
+// A repeated token: two grants of the key with the same token.
+func TestCheckersCatchRepeatedToken(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 7, 10)
+	s.grant("b", "b1", "K", 1, 12, 13, 14, 7, 20)
+	wantOnly(t, Check(s.history(), Options{}), "fencing", "repeated token")
+}
+
+// Tokens that go down between two grants in real-time order.
+func TestCheckersCatchDecreasingToken(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 9, 10)
+	s.grant("b", "b1", "K", 1, 12, 13, 14, 8, 20)
+	wantOnly(t, CheckLanes(s.history(), Options{}), "fencing", "token out of grant order")
+}
+
+// A lost waiter: a request that never got an answer in a process that
+// exited cleanly.
+func TestCheckersCatchLostWaiter(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 1, 10)
+	base := Event{Proc: "b", ID: "b1", NS: "ns", Keys: []string{"K"}, Limits: []int{1}}
+	s.add(5, withOp(base, OpAcquire, Invoke))
+	s.add(5, withOp(base, OpEnqueue, Invoke))
+	s.add(6, withOp(base, OpEnqueue, Ok))
+	wantOnly(t, Check(s.history(), Options{}), "liveness", "lost waiter")
+}
+
+// A wait that ran to its bound is a stuck queue; a process that vanished
+// without being killed is reported too.
+func TestCheckersCatchStuckWaitAndVanishedProcess(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	base := Event{Proc: "a", ID: "a1", NS: "ns", Keys: []string{"K"}, Limits: []int{1}}
+	s.add(5, withOp(base, OpAcquire, Invoke))
+	f := withOp(base, OpAcquire, Fail)
+	f.Class, f.Err = ClassTimeout, "lanes: wait timed out"
+	s.add(500, f)
+	s.add(0, Event{Proc: "ghost", Op: OpStart, Phase: Ok})
+	vs := Check(s.history(), Options{})
+	if checkers(vs) != "liveness,liveness" || !strings.Contains(vs[0].Msg+vs[1].Msg, "stuck") || !strings.Contains(vs[0].Msg+vs[1].Msg, "ghost") {
+		t.Fatalf("got %v; want a stuck wait and a vanished process", vs)
+	}
+}
+
+// A lost update on the protected counter: two accepted writes read the same
+// value, and the final value is below the number of accepted writes.
+func TestCheckersCatchLostUpdate(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	w := func(proc, id string, t0 int64, tok uint64, v int64) {
+		e := Event{Proc: proc, ID: id, NS: "ns", Keys: []string{"K"}, Tokens: map[string]uint64{"K": tok}, Value: v}
+		s.add(t0, withOp(e, OpWrite, Invoke))
+		s.add(t0+1, withOp(e, OpWrite, Ok))
+	}
+	w("a", "a1", 10, 5, 1)
+	w("b", "b1", 20, 6, 2)
+	w("a", "a0", 30, 4, 2) // a stalled holder's late write with its older token
+	vs := CheckResources(s.history(), map[string]int64{"ns/K": 2})
+	var all []string
+	for _, v := range vs {
+		t.Logf("reported: %s", v)
+		all = append(all, v.Msg)
+	}
+	for _, want := range []string{"lost update", "lower token", "final value 2 after 3 accepted writes"} {
+		if !strings.Contains(strings.Join(all, "\n"), want) {
+			t.Errorf("no violation mentions %q", want)
+		}
+	}
+}
+
+// A heartbeat that renewed an entry after its release.
+func TestCheckersCatchRenewalAfterUnlock(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 1, 10)
+	p := withOp(Event{Proc: "a", ID: "a1"}, OpProbe, Ok)
+	p.State = "held"
+	s.add(12, p)
+	wantOnly(t, Check(s.history(), Options{}), "probe", "renewal after unlock")
+}
+
+// The owner-aware models refuse a release by anyone but the holder.
+func TestModelsAreOwnerAware(t *testing.T) {
+	for _, limit := range []int{1, 3} {
+		ops := []porcupine.Operation{
+			{Input: LaneOp{Acquire: true, Entry: "e1", Owner: "a", Token: 1}, Call: 0, Return: 1},
+			{Input: LaneOp{Entry: "e1", Owner: "b"}, Call: 2, Return: 3},
+		}
+		if porcupine.CheckOperations(LaneModel(limit, true), ops) {
+			t.Errorf("limit %d: a release by another owner was accepted", limit)
+		}
+		ops[1].Input = LaneOp{Entry: "e1", Owner: "a"}
+		if !porcupine.CheckOperations(LaneModel(limit, true), ops) {
+			t.Errorf("limit %d: the holder's own release was refused", limit)
+		}
+	}
+}
+
+// The checker of a lease that must not survive a fault.
+func TestCheckLostAcross(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.grant("a", "a1", "K", 1, 1, 2, 3, 1, 100)
+	h := s.history()
+	if vs := CheckLostAcross(h, unix(10), unix(50)); len(vs) != 1 {
+		t.Fatalf("got %v; want the lease that survived the fault", vs)
+	}
+	if vs := CheckLostAcross(h, unix(1), unix(50)); len(vs) != 0 {
+		t.Fatalf("got %v for a lease granted after the fault began", vs)
+	}
+}
+
+// Files written by a Recorder merge back in time order, a torn last line
+// ignored.
+func TestRecorderAndReadHistory(t *testing.T) {
+	dir := t.TempDir()
+	r1, err := NewRecorder(filepath.Join(dir, "a.jsonl"), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := NewRecorder(filepath.Join(dir, "b.jsonl"), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.Record(Event{Op: OpStart, Phase: Ok})
+	r2.Record(Event{Op: OpStart, Phase: Ok})
+	r1.Record(Event{Op: OpExit, Phase: Ok})
+	if err := errorsJoin(r1.Close(), r2.Close()); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.OpenFile(filepath.Join(dir, "b.jsonl"), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"t":1,"p":"b","op":"acq`)
+	f.Close()
+	h, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Events) != 3 || h.Procs["a"] != "exit" || h.Procs["b"] != "" {
+		t.Fatalf("history %v, procs %v", h.Events, h.Procs)
+	}
+	if vs := CheckLiveness(h); len(vs) != 1 {
+		t.Fatalf("got %v; want b reported as vanished", vs)
+	}
+}
+
+func unix(n int64) time.Time { return time.Unix(0, n) }
+
+func errorsJoin(errs ...error) error { return errors.Join(errs...) }

@@ -1,0 +1,650 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/fencing"
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+	"github.com/lanes-dev/lanes/scripts/lua"
+)
+
+// The crash points of a worker: where it SIGKILLs itself (DESIGN.md
+// invariants 6 and 7 under a crash).
+const (
+	CrashEnqueue   = "enqueue"   // its Enqueue step committed, the reply never used
+	CrashWaiting   = "waiting"   // queued behind a holder
+	CrashHolding   = "holding"   // inside the critical section, after reading the resource
+	CrashReleasing = "releasing" // with its release step in flight
+)
+
+// Guard kinds of the protected resource.
+const (
+	GuardNone = "none" // plain writes: a stalled holder's late write can land
+	GuardFile = "file" // fencing.FileGuard: Check on entry, WriteFile with the token
+)
+
+// LaneSpec is one key a worker asks for, with its limit.
+type LaneSpec struct {
+	Key   string
+	Limit int
+}
+
+// ParseLanes parses "a:1,b:1,s:3".
+func ParseLanes(s string) ([]LaneSpec, error) {
+	var out []LaneSpec
+	for _, f := range strings.Split(s, ",") {
+		k, l, ok := strings.Cut(strings.TrimSpace(f), ":")
+		n, err := strconv.Atoi(l)
+		if !ok || k == "" || err != nil || n < 1 {
+			return nil, fmt.Errorf("lane %q: want key:limit", f)
+		}
+		out = append(out, LaneSpec{k, n})
+	}
+	return out, nil
+}
+
+// WorkerConfig is what one replica process does. The chaosworker binary
+// fills it from its flags (Flags).
+type WorkerConfig struct {
+	Redis        string        // redis:// URL of a standalone server (or a proxy)
+	Cluster      []string      // cluster seed addresses, instead of Redis
+	RedisRetries int           // go-redis MaxRetries (-1: none, so lanes itself retries)
+	Namespaces   []string      // one Backend and Session per namespace
+	Proc         string        // this incarnation's name, e.g. "r2.1"
+	History      string        // history file
+	Seed         uint64        // with the client number, seeds each client's choices
+	Clients      int           // goroutines, each running Ops requests one after another
+	Ops          int           // requests per client (at most, with For)
+	For          time.Duration // when set, each client goes on until this long after the start
+	Lanes        []LaneSpec    // the keys of each namespace
+	Multi        float64       // probability that a request names two keys
+	TTL          time.Duration // lease TTL
+	Hold         time.Duration // longest pause inside the critical section
+	HoldMin      time.Duration // shortest pause inside the critical section
+	Pace         time.Duration // longest pause between requests
+	Wait         time.Duration // bound on a wait; reaching it is a liveness failure
+	Cancel       float64       // probability of a short wait (0 to CancelWait) that may be cancelled
+	CancelWait   time.Duration
+	Retry        time.Duration // how long an Enqueue is retried after an ambiguous error
+	Guard        string        // GuardNone or GuardFile
+	ResourceDir  string        // directory of the counters (one file per ns and key of limit 1)
+	FenceRedis   string        // optional: a RedisGuard on this server checks every token too
+	Crash        string        // a Crash* point, or ""
+	CrashOp      int           // request number (of client 0) at or after which to crash
+	Victim       time.Duration // client 0's first critical section pauses this long after its read
+	Probe        float64       // fraction of confirmed releases followed by a heartbeat probe
+}
+
+// Flags registers the worker's flags on fs and returns a function that
+// finishes parsing the list-valued ones.
+func (c *WorkerConfig) Flags(fs *flag.FlagSet) func() error {
+	fs.StringVar(&c.Redis, "redis", "", "redis URL")
+	cluster := fs.String("cluster", "", "comma-separated cluster seed addresses")
+	fs.IntVar(&c.RedisRetries, "redis-retries", 0, "go-redis MaxRetries (0: its default, -1: none)")
+	ns := fs.String("ns", "chaos", "comma-separated namespaces")
+	fs.StringVar(&c.Proc, "proc", "r0.0", "process incarnation name")
+	fs.StringVar(&c.History, "history", "", "history file")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed")
+	fs.IntVar(&c.Clients, "clients", 1, "goroutines")
+	fs.IntVar(&c.Ops, "ops", 10, "requests per goroutine (at most, with -for)")
+	fs.DurationVar(&c.For, "for", 0, "go on until this long after the start")
+	lanesFlag := fs.String("lanes", "m0:1", "keys and limits, key:limit,...")
+	fs.Float64Var(&c.Multi, "multi", 0, "probability of a two-key request")
+	fs.DurationVar(&c.TTL, "ttl", time.Second, "lease TTL")
+	fs.DurationVar(&c.Hold, "hold", 5*time.Millisecond, "longest pause in the critical section")
+	fs.DurationVar(&c.HoldMin, "hold-min", 0, "shortest pause in the critical section")
+	fs.DurationVar(&c.Pace, "pace", 0, "longest pause between requests")
+	fs.DurationVar(&c.Wait, "wait", 2*time.Minute, "bound on a wait")
+	fs.Float64Var(&c.Cancel, "cancel", 0, "probability of a short, cancellable wait")
+	fs.DurationVar(&c.CancelWait, "cancel-wait", 5*time.Millisecond, "longest short wait")
+	fs.DurationVar(&c.Retry, "retry", 30*time.Second, "how long to retry an ambiguous enqueue")
+	fs.StringVar(&c.Guard, "guard", GuardNone, "none or file")
+	fs.StringVar(&c.ResourceDir, "resource", "", "directory of the protected counters")
+	fs.StringVar(&c.FenceRedis, "fence-redis", "", "redis URL of a RedisGuard that checks every token")
+	fs.StringVar(&c.Crash, "crash", "", "crash point: enqueue, waiting, holding or releasing")
+	fs.IntVar(&c.CrashOp, "crash-op", 0, "request number at or after which to crash")
+	fs.DurationVar(&c.Victim, "victim", 0, "pause of client 0's first critical section after its read")
+	fs.Float64Var(&c.Probe, "probe", 0, "fraction of releases followed by a heartbeat probe")
+	return func() error {
+		if *cluster != "" {
+			c.Cluster = strings.Split(*cluster, ",")
+		}
+		c.Namespaces = strings.Split(*ns, ",")
+		var err error
+		c.Lanes, err = ParseLanes(*lanesFlag)
+		return err
+	}
+}
+
+// worker is one running replica.
+type worker struct {
+	cfg    WorkerConfig
+	rec    *Recorder
+	client redis.UniversalClient
+	fence  *fencing.RedisGuard
+	fenceC *redis.Client
+	file   *fencing.FileGuard
+	ns     map[string]*nsPart
+}
+
+// nsPart is the Backend and Session of one namespace.
+type nsPart struct {
+	b *redislane.Backend
+	s *lanes.Session
+}
+
+// RunWorker runs one replica to the end of its requests, recording every
+// step in cfg.History. It returns an error only when it cannot start.
+func RunWorker(cfg WorkerConfig) error {
+	rec, err := NewRecorder(cfg.History, cfg.Proc)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	w := &worker{cfg: cfg, rec: rec, ns: map[string]*nsPart{}}
+	if err := w.connect(); err != nil {
+		return err
+	}
+	defer w.close()
+	rec.Record(Event{Op: OpStart, Phase: Ok, Err: fmt.Sprintf("pid %d", os.Getpid())})
+	var wg sync.WaitGroup
+	for c := range cfg.Clients {
+		wg.Go(func() { w.client1(c) })
+	}
+	wg.Wait()
+	for _, p := range w.ns {
+		_ = p.s.Close()
+	}
+	rec.Record(Event{Op: OpExit, Phase: Ok})
+	return nil
+}
+
+func (w *worker) connect() error {
+	cfg := w.cfg
+	if len(cfg.Cluster) > 0 {
+		w.client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Cluster, MaxRetries: cfg.RedisRetries,
+			ContextTimeoutEnabled: true, DialTimeout: time.Second})
+	} else {
+		opt, err := redis.ParseURL(cfg.Redis)
+		if err != nil {
+			return err
+		}
+		opt.MaxRetries, opt.ContextTimeoutEnabled, opt.DialTimeout = cfg.RedisRetries, true, time.Second
+		w.client = redis.NewClient(opt)
+	}
+	if cfg.FenceRedis != "" {
+		opt, err := redis.ParseURL(cfg.FenceRedis)
+		if err != nil {
+			return err
+		}
+		w.fenceC = redis.NewClient(opt)
+		if w.fence, err = fencing.NewRedisGuard(w.fenceC, "chaos"); err != nil {
+			return err
+		}
+	}
+	if cfg.Guard == GuardFile {
+		g, err := fencing.NewFileGuard(cfg.ResourceDir)
+		if err != nil {
+			return err
+		}
+		w.file = g
+	}
+	host, _ := os.Hostname()
+	for _, ns := range cfg.Namespaces {
+		b, err := redislane.New(w.client, ns)
+		if err != nil {
+			return err
+		}
+		// Redis may be down while this incarnation starts (a restart under
+		// way): keep trying for a while.
+		var s *lanes.Session
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s, err = lanes.NewSession(ctx, b, lanes.WithTTL(cfg.TTL), lanes.WithOwner(host, os.Getpid()))
+			cancel()
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("session on %s: %w", ns, err)
+		}
+		w.ns[ns] = &nsPart{b: b, s: s}
+	}
+	return nil
+}
+
+func (w *worker) close() {
+	for _, p := range w.ns {
+		_ = p.s.Close()
+		_ = p.b.Close()
+	}
+	_ = w.client.Close()
+	if w.fenceC != nil {
+		_ = w.fenceC.Close()
+	}
+}
+
+// classify maps an error of lanes or fencing to a Class.
+func classify(err error) string {
+	switch {
+	case errors.Is(err, lanes.ErrCanceled):
+		return ClassCancel
+	case errors.Is(err, lanes.ErrWaitTimeout):
+		return ClassCancel // the caller's own deadline; the worker tells a timeout apart itself
+	case errors.Is(err, lanes.ErrLeaseLost):
+		return ClassLost
+	case errors.Is(err, lanes.ErrNotHolder):
+		return ClassNotHolder
+	case errors.Is(err, lanes.ErrUnavailable), errors.Is(err, lanes.ErrClosed):
+		return ClassUnavailable
+	case errors.Is(err, fencing.ErrStale):
+		return ClassStale
+	}
+	return ClassOther
+}
+
+func stateName(s lanes.State) string {
+	switch s {
+	case lanes.Held:
+		return "held"
+	case lanes.Waiting:
+		return "waiting"
+	}
+	return "gone"
+}
+
+// crash records a crash point and SIGKILLs the process.
+func (w *worker) crash(c int, id, point string, ev Event) {
+	ev.Op, ev.Phase, ev.Client, ev.ID, ev.Err = OpCrash, Ok, c, id, point
+	w.rec.Record(ev)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // SIGKILL cannot be caught
+}
+
+// client1 runs one goroutine's requests.
+func (w *worker) client1(c int) {
+	cfg := w.cfg
+	rng := rand.New(rand.NewPCG(cfg.Seed, uint64(c)+1))
+	crashArmed := c == 0 && cfg.Crash != ""
+	began := time.Now()
+	for i := 0; i < cfg.Ops && (cfg.For == 0 || time.Since(began) < cfg.For); i++ {
+		ns := cfg.Namespaces[rng.IntN(len(cfg.Namespaces))]
+		p := w.ns[ns]
+		l1 := cfg.Lanes[rng.IntN(len(cfg.Lanes))]
+		req := lanes.Request{ID: fmt.Sprintf("%s-c%d-%d", cfg.Proc, c, i), Lanes: []lanes.Lane{{Key: l1.Key, Limit: l1.Limit}}}
+		if len(cfg.Lanes) > 1 && rng.Float64() < cfg.Multi {
+			l2 := cfg.Lanes[rng.IntN(len(cfg.Lanes))]
+			if l2.Key != l1.Key {
+				req.Lanes = append(req.Lanes, lanes.Lane{Key: l2.Key, Limit: l2.Limit})
+			}
+		}
+		base := Event{Client: c, ID: req.ID, NS: ns}
+		for _, l := range req.Lanes {
+			base.Keys = append(base.Keys, l.Key)
+			base.Limits = append(base.Limits, l.Limit)
+		}
+		short := rng.Float64() < cfg.Cancel
+		waitFor := cfg.Wait
+		if short {
+			waitFor = time.Duration(rng.Int64N(int64(cfg.CancelWait) + 1))
+		}
+		hold := cfg.HoldMin + time.Duration(rng.Int64N(int64(max(cfg.Hold-cfg.HoldMin, 0))+1))
+		pace := time.Duration(rng.Int64N(int64(cfg.Pace) + 1))
+		victim := c == 0 && i == 0 && cfg.Victim > 0
+		crashHere := crashArmed && i >= cfg.CrashOp
+
+		w.rec.Record(withOp(base, OpAcquire, Invoke))
+		if crashHere && cfg.Crash == CrashEnqueue {
+			// The step commits, then the process dies without using the
+			// reply: to Redis, that is a reply lost on the way back.
+			w.rec.Record(withOp(base, OpEnqueue, Invoke))
+			sts, err := p.b.Enqueue(context.Background(), p.s.Owner(), cfg.TTL, []lanes.Request{req})
+			ev := base
+			if err == nil && len(sts) == 1 {
+				ev.State, ev.Tokens = stateName(sts[0].State), sts[0].Tokens
+			}
+			w.crash(c, req.ID, CrashEnqueue, ev)
+		}
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		t, err := w.enqueue(ctx, p, base, req)
+		if err == nil && crashHere && cfg.Crash == CrashWaiting {
+			select {
+			case <-t.Ready():
+				// Granted at once: crash at a later request that waits.
+			default:
+				w.crash(c, req.ID, CrashWaiting, base)
+			}
+		}
+		var lease *lanes.Lease
+		if err == nil {
+			lease, err = t.Wait(ctx)
+		}
+		cancel()
+		if err != nil {
+			ev := withOp(base, OpAcquire, Fail)
+			ev.Class, ev.Err = classify(err), err.Error()
+			if ev.Class == ClassCancel && !short && time.Since(start) >= waitFor {
+				ev.Class = ClassTimeout
+			}
+			w.rec.Record(ev)
+			time.Sleep(pace)
+			continue
+		}
+		ok := withOp(base, OpAcquire, Ok)
+		ok.Tokens = lease.Tokens()
+		w.rec.Record(ok)
+
+		w.critical(c, p, base, req, lease, hold, victim, crashHere && cfg.Crash == CrashHolding)
+
+		if crashHere && cfg.Crash == CrashReleasing {
+			w.rec.Record(withOp(base, OpRelease, Invoke))
+			go func() { _ = lease.Release(context.Background()) }()
+			time.Sleep(time.Duration(rng.Int64N(int64(time.Millisecond))))
+			w.crash(c, req.ID, CrashReleasing, base)
+		}
+		w.release(p, base, lease, rng.Float64() < cfg.Probe)
+		time.Sleep(pace)
+	}
+}
+
+func withOp(e Event, op string, ph Phase) Event {
+	e.Op, e.Phase = op, ph
+	return e
+}
+
+// enqueue runs Enqueue steps until one answers: after an ambiguous error
+// (ErrUnavailable: the step may have committed) it retries with the same
+// entry id, which keeps the entry's place if the step did commit
+// (DESIGN.md invariant 8), for at most cfg.Retry or until ctx ends.
+func (w *worker) enqueue(ctx context.Context, p *nsPart, base Event, req lanes.Request) (*lanes.Ticket, error) {
+	first := time.Now()
+	backoff := 10 * time.Millisecond
+	for {
+		w.rec.Record(withOp(base, OpEnqueue, Invoke))
+		ts, err := p.s.Enqueue(ctx, req)
+		if err == nil {
+			ev := withOp(base, OpEnqueue, Ok)
+			select {
+			case <-ts[0].Ready():
+				ev.State = "ready"
+			default:
+				ev.State = "waiting"
+			}
+			w.rec.Record(ev)
+			return ts[0], nil
+		}
+		ev := withOp(base, OpEnqueue, Fail)
+		ev.Class, ev.Err = classify(err), err.Error()
+		if ev.Class == ClassUnavailable {
+			ev.Phase = Info
+		}
+		w.rec.Record(ev)
+		if ev.Class != ClassUnavailable || ctx.Err() != nil || time.Since(first) > w.cfg.Retry {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// critical is the critical section: for each key of limit 1, check the
+// token with the guard and read the counter; pause; write each counter one
+// higher. A refused token ends the section at once.
+func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease *lanes.Lease, hold time.Duration, victim, crash bool) {
+	type cell struct {
+		key   string
+		tok   uint64
+		value int64
+	}
+	var cells []cell
+	for _, l := range req.Lanes {
+		if l.Limit == 1 && w.cfg.ResourceDir != "" {
+			cells = append(cells, cell{key: l.Key, tok: lease.Token(l.Key)})
+		}
+	}
+	resEvent := func(op string, ph Phase, key string, tok uint64, v int64) Event {
+		e := base
+		e.Op, e.Phase, e.Keys, e.Limits, e.Tokens, e.Value = op, ph, []string{key}, []int{1}, map[string]uint64{key: tok}, v
+		return e
+	}
+	refused := false
+	for i := range cells {
+		x := &cells[i]
+		name := resourceFile(base.NS, x.key)
+		if w.file != nil {
+			w.rec.Record(resEvent(OpCheck, Invoke, x.key, x.tok, 0))
+			if err := w.file.Check(context.Background(), name, fencing.Token(x.tok)); err != nil {
+				ev := resEvent(OpCheck, Fail, x.key, x.tok, 0)
+				ev.Class, ev.Err = classify(err), err.Error()
+				w.rec.Record(ev)
+				refused = true
+				break
+			}
+			w.rec.Record(resEvent(OpCheck, Ok, x.key, x.tok, 0))
+		}
+		if !w.fenceCheck(base, x.key, x.tok, resEvent) {
+			refused = true
+			break
+		}
+		w.rec.Record(resEvent(OpRead, Invoke, x.key, x.tok, 0))
+		v, err := readCounter(filepath.Join(w.cfg.ResourceDir, name))
+		if err != nil {
+			ev := resEvent(OpRead, Fail, x.key, x.tok, 0)
+			ev.Class, ev.Err = ClassOther, err.Error()
+			w.rec.Record(ev)
+			refused = true
+			break
+		}
+		x.value = v
+		w.rec.Record(resEvent(OpRead, Ok, x.key, x.tok, v))
+	}
+	if crash {
+		w.crash(c, base.ID, CrashHolding, base)
+	}
+	if victim {
+		time.Sleep(w.cfg.Victim) // the harness stops the process here
+	}
+	time.Sleep(hold)
+	if !refused {
+		for _, x := range cells {
+			name := resourceFile(base.NS, x.key)
+			// The RedisGuard's answer is recorded; the file's own guard,
+			// which checks and writes in one step, decides.
+			w.fenceCheck(base, x.key, x.tok, resEvent)
+			w.rec.Record(resEvent(OpWrite, Invoke, x.key, x.tok, x.value+1))
+			data := []byte(strconv.FormatInt(x.value+1, 10) + "\n")
+			var err error
+			if w.file != nil {
+				err = w.file.WriteFile(context.Background(), name, fencing.Token(x.tok), data, 0o644)
+			} else {
+				err = writeAtomic(filepath.Join(w.cfg.ResourceDir, name), data)
+			}
+			if err != nil {
+				ev := resEvent(OpWrite, Fail, x.key, x.tok, x.value+1)
+				ev.Class, ev.Err = classify(err), err.Error()
+				w.rec.Record(ev)
+				break
+			}
+			w.rec.Record(resEvent(OpWrite, Ok, x.key, x.tok, x.value+1))
+		}
+	}
+	w.rec.Record(withOp(base, OpValid, Invoke))
+	if err := lease.Err(); err != nil {
+		ev := withOp(base, OpValid, Fail)
+		ev.Class, ev.Err = classify(err), err.Error()
+		w.rec.Record(ev)
+		if errors.Is(err, lanes.ErrLeaseLost) {
+			w.rec.Record(withOp(ev, OpLost, Ok))
+		}
+	} else {
+		w.rec.Record(withOp(base, OpValid, Ok))
+	}
+}
+
+// fenceCheck runs the optional RedisGuard check; false when it refused.
+func (w *worker) fenceCheck(base Event, key string, tok uint64, mk func(string, Phase, string, uint64, int64) Event) bool {
+	if w.fence == nil {
+		return true
+	}
+	w.rec.Record(mk(OpFence, Invoke, key, tok, 0))
+	err := w.fence.Check(context.Background(), Resource(base.NS, key), fencing.Token(tok))
+	if err == nil {
+		w.rec.Record(mk(OpFence, Ok, key, tok, 0))
+		return true
+	}
+	ev := mk(OpFence, Fail, key, tok, 0)
+	ev.Class, ev.Err = classify(err), err.Error()
+	if ev.Class != ClassStale {
+		ev.Phase = Info
+	}
+	w.rec.Record(ev)
+	return ev.Class != ClassStale
+}
+
+// release gives the lease back. When that fails (the lease was lost, the
+// backend did not have it, or the reply was lost), a release step by entry
+// id confirms that the entry is gone, so the history bounds when the hold
+// ended. probe sends a heartbeat for the entry after a confirmed release:
+// it must find the entry gone.
+func (w *worker) release(p *nsPart, base Event, lease *lanes.Lease, probe bool) {
+	w.rec.Record(withOp(base, OpRelease, Invoke))
+	err := lease.Release(context.Background())
+	if err == nil {
+		w.rec.Record(withOp(base, OpRelease, Ok))
+		if probe {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sts, err := p.b.Heartbeat(ctx, p.s.Owner().ID, w.cfg.TTL, []string{base.ID})
+			cancel()
+			if err == nil && len(sts) == 1 {
+				ev := withOp(base, OpProbe, Ok)
+				ev.State = stateName(sts[0].State)
+				w.rec.Record(ev)
+			}
+		}
+		return
+	}
+	ev := withOp(base, OpRelease, Fail)
+	ev.Class, ev.Err = classify(err), err.Error()
+	if ev.Class == ClassUnavailable {
+		ev.Phase = Info
+	}
+	w.rec.Record(ev)
+	if ev.Class == ClassLost {
+		w.rec.Record(withOp(base, OpLost, Ok))
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		r, err := p.b.Release(ctx, p.s.Owner().ID, []string{base.ID})
+		cancel()
+		if err == nil {
+			g := withOp(base, OpGone, Ok)
+			if len(r.Was) == 1 {
+				g.State = stateName(r.Was[0])
+			}
+			w.rec.Record(g)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// LoadScripts loads the lanes scripts, as this binary embeds them, into the
+// server at url and returns "name sha" for each: a harness that drops the
+// replies of one script matches the SHA the workers really send.
+func LoadScripts(url string) ([]string, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	var out []string
+	for _, name := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua"} {
+		sha, err := c.ScriptLoad(context.Background(), lua.Source(name)).Result()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, name+" "+sha)
+	}
+	return out, nil
+}
+
+// resourceFile is the counter file of key in namespace ns, relative to the
+// resource directory.
+func resourceFile(ns, key string) string {
+	r := strings.NewReplacer("/", "_", "{", "_", "}", "_", ":", "_")
+	return "counter-" + r.Replace(ns) + "-" + r.Replace(key)
+}
+
+// ReadCounters reads the counter of every key of limit 1 in namespaces.
+func ReadCounters(dir string, namespaces []string, ls []LaneSpec) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, ns := range namespaces {
+		for _, l := range ls {
+			if l.Limit != 1 {
+				continue
+			}
+			v, err := readCounter(filepath.Join(dir, resourceFile(ns, l.Key)))
+			if err != nil {
+				return nil, err
+			}
+			out[Resource(ns, l.Key)] = v
+		}
+	}
+	return out, nil
+}
+
+// readCounter reads a counter file; a missing one is 0.
+func readCounter(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// writeAtomic replaces path with data (temporary file, rename): readers see
+// the old value or the new one. It checks no token: a holder that lost its
+// lease overwrites whatever the next holder wrote.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

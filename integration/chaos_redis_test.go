@@ -1,0 +1,407 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// Redis paused past the TTL, twice: SIGSTOP of redis-server, then CLIENT
+// PAUSE ALL. Nothing is answered meanwhile, and Redis's clock goes on:
+// every lease granted before a pause must end with it (the holder learns it
+// is lost; no release after the pause finds it held), waits end with a
+// grant or an error, and every checker passes.
+func TestChaosRedisPaused(t *testing.T) {
+	s := chaosStart(t, "Redis paused past the TTL (SIGSTOP, CLIENT PAUSE)")
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	b := s.namespace(admin, "chaos-pause-")
+	cycles := chaosSize(1, 4)
+	pause := 2 * s.ttl
+	hold := pause + 2*time.Second
+	f := s.h.RunFleet("r", chaosSize(4, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(800+i), "-clients", "2", "-ops", "1000000",
+			"-for", (time.Duration(cycles) * 2 * (hold + time.Second)).String())
+	})
+	// A long holder on its own key holds across each pause: its leases
+	// must be lost.
+	long := s.h.Start("h0.0", s.args(srv.URL(), b.Namespace(), 850, "-lanes", "l0:1", "-multi", "0", "-cancel", "0",
+		"-clients", "1", "-ops", "1000000", "-hold-min", hold.String(), "-hold", hold.String(),
+		"-for", (time.Duration(cycles)*2*(hold+time.Second)).String())...)
+	held := func(after time.Time) {
+		chaosWaitEvent(s, time.Minute, "the long holder holds", func(e chaos.Event) bool {
+			return e.Proc == "h0.0" && e.Op == chaos.OpAcquire && e.Phase == chaos.Ok && e.Time > after.UnixNano()
+		})
+	}
+	type window struct{ from, to time.Time }
+	var windows []window
+	last := time.Time{}
+	for range cycles {
+		time.Sleep(time.Second)
+		held(last)
+		from := s.h.Fault("SIGSTOP redis-server", chaos.Invoke)
+		srv.Pause()
+		time.Sleep(pause)
+		srv.Resume()
+		windows = append(windows, window{from, s.h.Fault("SIGCONT redis-server", chaos.Ok)})
+
+		time.Sleep(time.Second)
+		held(windows[len(windows)-1].to)
+		from = s.h.Fault("CLIENT PAUSE ALL", chaos.Invoke)
+		if err := admin.Do(context.Background(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(pause + 100*time.Millisecond)
+		windows = append(windows, window{from, s.h.Fault("CLIENT PAUSE over", chaos.Ok)})
+		last = windows[len(windows)-1].to
+	}
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	s.h.Wait(long, time.Minute)
+	hist := s.h.History()
+	for _, w := range windows {
+		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
+		spanned := 0
+		for _, a := range hist.Attempts {
+			if a.Outcome == chaos.Granted && a.Return < w.from.UnixNano() && a.RelInvoke > w.to.UnixNano() {
+				spanned++
+			}
+		}
+		if spanned == 0 {
+			s.violation("scenario", "no lease spanned the pause from %v: the check had nothing to check", w.from.Format(time.StampMilli))
+		}
+	}
+	lost := 0
+	for _, a := range hist.Attempts {
+		if a.Lost > 0 {
+			lost++
+		}
+	}
+	s.fault(fmt.Sprintf("%d x (SIGSTOP of redis-server for %v; CLIENT PAUSE ALL for %v), TTL %v: %d leases lost", cycles, pause, pause, s.ttl, lost))
+	s.finish(chaos.Options{})
+}
+
+// kill -9 of a Redis that runs with --appendonly yes --appendfsync always,
+// then a restart on the same port: the state survives. The harness's own
+// lease (TTL 10s) is still held with the same token, its waiter still
+// waits and is granted next with a higher token, the sequence number and
+// the fencing counters did not go back, and the replicas working through
+// the restart pass every checker.
+func TestChaosRedisRestartAOF(t *testing.T) {
+	s := chaosStart(t, "Redis kill -9 and restart with AOF (appendfsync always)")
+	srv := chaos.StartServer(t, chaos.ServerOptions{AOF: true})
+	c := srv.Client()
+	b := s.namespace(c, "chaos-aof-")
+	ctx := chaos.Context(t, 5*time.Minute)
+	restarts := chaosSize(1, 5)
+	f := s.h.RunFleet("r", chaosSize(3, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(900+i), "-clients", "2", "-ops", "1000000",
+			"-for", (time.Duration(restarts)*2*time.Second + 2*time.Second).String())
+	})
+	sess, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	for r := range restarts {
+		time.Sleep(time.Second)
+		probe, err := sess.Acquire(ctx, lanes.Request{ID: fmt.Sprintf("probe-%d", r), Lanes: []lanes.Lane{{Key: "probe", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := sess.Enqueue(ctx, lanes.Request{ID: fmt.Sprintf("probe-w-%d", r), Lanes: []lanes.Lane{{Key: "probe", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq0 := chaosSeq(ctx, t, c, b)
+		tok0, err := c.HGetAll(ctx, b.Keys()[5]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.h.Fault("kill -9 redis-server (AOF)", chaos.Invoke)
+		srv.Kill()
+		srv.Restart()
+		s.h.Fault("redis-server restarted from its AOF", chaos.Ok)
+
+		snap, err := b.Inspect(ctx, []string{"probe"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 || snap.Keys[0].Holders[0].ID != probe.ID() ||
+			snap.Keys[0].Holders[0].Token != probe.Token("probe") || len(snap.Keys[0].Waiters) != 1 || snap.Keys[0].Waiters[0].ID != ts[0].ID() {
+			s.violation("state", "after the restart, key probe is %+v; want holder %s (token %d) and waiter %s", snap.Keys, probe.ID(), probe.Token("probe"), ts[0].ID())
+		}
+		if seq1 := chaosSeq(ctx, t, c, b); seq1 < seq0 {
+			s.violation("state", "the sequence number went back from %d to %d", seq0, seq1)
+		}
+		tok1, err := c.HGetAll(ctx, b.Keys()[5]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range tok0 {
+			if len(tok1[k]) < len(v) || len(tok1[k]) == len(v) && tok1[k] < v {
+				s.violation("state", "the fencing counter of %s went back from %s to %s", k, v, tok1[k])
+			}
+		}
+		if err := probe.Err(); err != nil {
+			s.violation("lease", "the harness's lease (TTL 10s) was lost across a restart that kept the data: %v", err)
+		}
+		if err := probe.Release(ctx); err != nil {
+			s.violation("lease", "releasing the harness's lease after the restart: %v", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		next, err := ts[0].Wait(wctx)
+		cancel()
+		if err != nil {
+			s.violation("state", "the waiter queued before the restart was not granted: %v", err)
+			continue
+		}
+		if next.Token("probe") <= probe.Token("probe") {
+			s.violation("fencing", "token %d after the restart is not above %d", next.Token("probe"), probe.Token("probe"))
+		}
+		_ = next.Release(ctx)
+	}
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	s.fault(fmt.Sprintf("%d x kill -9 and restart of redis-server with AOF", restarts))
+	s.finish(chaos.Options{})
+}
+
+// kill -9 of a Redis without persistence, then a restart: all state is
+// gone. Every holder of a lease from before must learn it is lost (no
+// release after the restart finds it held), tokens keep growing (Redis
+// time in ms x 1024 is above every token minted before), and a holder
+// stopped across the restart has its late write refused by the guard.
+func TestChaosRedisRestartWithoutPersistence(t *testing.T) {
+	s := chaosStart(t, "Redis kill -9 and restart without persistence")
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	b := s.namespace(srv.Client(), "chaos-nopersist-")
+	ns := b.Namespace()
+	restarts := chaosSize(1, 4)
+	f := s.h.RunFleet("r", chaosSize(3, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), ns, uint64(1000+i), "-clients", "2", "-ops", "1000000",
+			"-for", (time.Duration(restarts)*4*time.Second + time.Second).String())
+	})
+	type window struct{ from, to time.Time }
+	var windows []window
+	var victims []string
+	for r := range restarts {
+		name := fmt.Sprintf("v%d.0", r)
+		victims = append(victims, name)
+		v := s.h.Start(name, s.args(srv.URL(), ns, uint64(1100+r), "-lanes", "m0:1", "-multi", "0", "-cancel", "0",
+			"-clients", "1", "-ops", "1", "-victim", "1s", "-hold", "0")...)
+		chaosWaitEvent(s, time.Minute, name+" read the counter", func(e chaos.Event) bool {
+			return e.Proc == name && e.Op == chaos.OpRead && e.Phase == chaos.Ok
+		})
+		s.h.Stop(v)
+		from := s.h.Fault("kill -9 redis-server (no persistence)", chaos.Invoke)
+		srv.Kill()
+		srv.Restart()
+		to := s.h.Fault("redis-server restarted empty", chaos.Ok)
+		windows = append(windows, window{from, to})
+		chaosWaitEvent(s, time.Minute, "a write on m0 after the restart", func(e chaos.Event) bool {
+			return e.Proc != name && e.Op == chaos.OpWrite && e.Phase == chaos.Ok && e.Time > to.UnixNano() &&
+				len(e.Keys) == 1 && e.Keys[0] == "m0"
+		})
+		s.h.Cont(v)
+		s.h.Wait(v, time.Minute)
+	}
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	hist := s.h.History()
+	for _, w := range windows {
+		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
+		// Tokens keep growing across the loss of the counters.
+		before := map[string]uint64{}
+		for _, a := range hist.Granted() {
+			if a.Return < w.from.UnixNano() {
+				for k, tok := range a.Tokens {
+					before[k] = max(before[k], tok)
+				}
+			}
+		}
+		for _, a := range hist.Granted() {
+			if a.Invoke > w.to.UnixNano() {
+				for k, tok := range a.Tokens {
+					if tok <= before[k] {
+						s.violation("fencing", "%s got token %d for %s after the restart, not above %d from before", a.ID, tok, k, before[k])
+					}
+				}
+			}
+		}
+	}
+	for _, name := range victims {
+		chaosCheckVictim(s, hist, name)
+	}
+	s.fault(fmt.Sprintf("%d x kill -9 and empty restart of redis-server, each with a holder SIGSTOPped across it", restarts))
+	s.finish(chaos.Options{DataLoss: true})
+}
+
+// chaosCheckVictim checks a holder that was stopped across a fault and
+// continued after another holder wrote: it learned its lease was lost, and
+// the guard refused its late write.
+func chaosCheckVictim(s *chaosScenario, hist *chaos.History, name string) {
+	for _, a := range hist.Attempts {
+		if a.Proc != name {
+			continue
+		}
+		if a.Outcome != chaos.Granted {
+			s.t.Fatalf("victim %s was not granted: %+v", name, a)
+		}
+		if a.Lost == 0 {
+			s.violation("lease", "stalled holder %s never learned that its lease was lost", a.ID)
+		}
+	}
+	refused := false
+	for _, r := range hist.Resources {
+		if r.Proc == name && r.Op == chaos.OpWrite {
+			refused = r.Phase == chaos.Fail && r.Class == chaos.ClassStale
+		}
+	}
+	if !refused {
+		s.violation("resource", "the late write of stalled holder %s was not refused by the guard", name)
+	}
+}
+
+// Redis Cluster, three masters on loopback ports: one namespace on each
+// master, requests naming two keys of a namespace (one slot, thanks to the
+// hash tag, so no CROSSSLOT), through redis.NewClusterClient. Every
+// checker passes in every namespace.
+func TestChaosCluster(t *testing.T) {
+	s := chaosStart(t, "Redis Cluster, 3 masters, a namespace on each")
+	cl := chaos.StartCluster(t, 3)
+	cc := cl.Client(t)
+	ctx := chaos.Context(t, 5*time.Minute)
+	nss, err := cl.NamespacesOnEveryNode(ctx, "chaos-cl-"+fmt.Sprint(time.Now().UnixNano()%100000)+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range nss {
+		b, err := redislane.New(cc, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		s.backends = append(s.backends, chaosNS{b, cc})
+	}
+	f := s.h.RunFleet("r", chaosSize(3, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args("", strings.Join(nss, ","), uint64(1200+i), "-cluster", strings.Join(cl.Addrs(), ","),
+			"-multi", "0.5", "-clients", "2", "-ops", chaosSize("25", "150"))
+	})
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	hist := s.h.History()
+	multi := map[string]int{}
+	for _, a := range hist.Granted() {
+		if len(a.Keys) > 1 {
+			multi[a.NS]++
+		}
+	}
+	for _, ns := range nss {
+		if multi[ns] == 0 {
+			s.violation("scenario", "no two-key request was granted in namespace %s", ns)
+		}
+	}
+	s.fault(fmt.Sprintf("none; namespaces %v on 3 masters, two-key requests %v", nss, multi))
+	s.finish(chaos.Options{Forbidden: []string{"CROSSSLOT", "MOVED", "ASK "}})
+}
+
+// A failover to a lagging replica: a master with a replica whose
+// replication link runs through a proxy. The proxy freezes the link, a
+// holder is granted m0 on the master only and stopped inside its critical
+// section; the master is killed, the replica promoted (REPLICAOF NO ONE)
+// and the clients' proxy pointed at it. The replica never saw the grant,
+// so it grants m0 again (the known limit of asynchronous replication), with
+// a higher token (Redis time x 1024): the fencing guard refuses the stale
+// holder's late write, and the stale holder learns its lease is lost.
+func TestChaosFailoverToLaggingReplica(t *testing.T) {
+	s := chaosStart(t, "failover to a lagging replica")
+	s.lanes = "m0:1"
+	ctx := chaos.Context(t, 5*time.Minute)
+	master := chaos.StartServer(t, chaos.ServerOptions{})
+	link := chaos.StartProxy(t, master.Addr(), 51)
+	replica := chaos.StartServer(t, chaos.ServerOptions{ReplicaOf: link.Addr()})
+	front := chaos.StartProxy(t, master.Addr(), 52)
+	mc, rc := master.Client(), replica.Client()
+	b := s.namespace(rc, "chaos-failover-")
+	ns := b.Namespace()
+	quiet := []string{"-multi", "0", "-cancel", "0", "-clients", "1"}
+	if err := chaos.WaitReplicaSynced(ctx, mc, rc); err != nil {
+		t.Fatal(err)
+	}
+	warm := s.h.RunFleet("a", 2, func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(front.URL(), ns, uint64(1300+i), append(quiet, "-ops", chaosSize("10", "100"))...)
+	})
+	warm.Wait(2 * time.Minute)
+	if err := chaos.WaitReplicaSynced(ctx, mc, rc); err != nil {
+		t.Fatal(err)
+	}
+
+	s.h.Fault("replication link frozen", chaos.Invoke)
+	link.Freeze()
+	v := s.h.Start("v0.0", s.args(front.URL(), ns, 1310, append(quiet, "-ops", "1", "-victim", "1s", "-hold", "0")...)...)
+	chaosWaitEvent(s, time.Minute, "the victim read the counter", func(e chaos.Event) bool {
+		return e.Proc == "v0.0" && e.Op == chaos.OpRead && e.Phase == chaos.Ok
+	})
+	s.h.Stop(v)
+	s.h.Fault("failover: kill -9 the master, promote the lagging replica, move the clients", chaos.Invoke)
+	master.Kill()
+	link.Close()
+	if err := rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	front.SetUpstream(replica.Addr())
+	front.CutAll()
+	s.h.Fault("failover done", chaos.Ok)
+	if snap, err := b.Inspect(ctx, []string{"m0"}); err != nil {
+		t.Fatal(err)
+	} else if len(snap.Keys) != 0 {
+		t.Fatalf("the promoted replica knows the victim's grant (%+v): it was not lagging", snap.Keys)
+	}
+
+	after := s.h.RunFleet("w", 2, func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(front.URL(), ns, uint64(1320+i), append(quiet, "-ops", chaosSize("5", "50"))...)
+	})
+	chaosWaitEvent(s, time.Minute, "a holder wrote on the promoted replica", func(e chaos.Event) bool {
+		return strings.HasPrefix(e.Proc, "w") && e.Op == chaos.OpWrite && e.Phase == chaos.Ok
+	})
+	s.h.Cont(v)
+	s.h.Wait(v, time.Minute)
+	after.Wait(2 * time.Minute)
+
+	hist := s.h.History()
+	chaosCheckVictim(s, hist, "v0.0")
+	var vt uint64
+	for _, a := range hist.Granted() {
+		if a.Proc == "v0.0" {
+			vt = a.Tokens["m0"]
+		}
+	}
+	for _, a := range hist.Granted() {
+		if strings.HasPrefix(a.Proc, "w") && a.Tokens["m0"] <= vt {
+			s.violation("fencing", "%s got token %d on the promoted replica, not above the lost grant's %d", a.ID, a.Tokens["m0"], vt)
+		}
+	}
+	s.fault("replication frozen, holder SIGSTOPped, master kill -9, REPLICAOF NO ONE on the replica, clients moved")
+	s.finish(chaos.Options{DataLoss: true})
+}
