@@ -15,7 +15,7 @@ package lanes
 
 import (
 	"crypto/rand"
-	"encoding/base64"
+	"encoding/base32"
 	"fmt"
 	"strings"
 	"unicode"
@@ -186,11 +186,14 @@ func ValidateNamespace(ns string) error {
 	return nil
 }
 
-// NewID returns a random id for an entry, an owner or a run: 16 characters
-// of URL-safe base64, 96 random bits. Short, since an entry id is stored
-// with each of its lanes.
+// NewID returns a random id for an entry, an owner or a run: 20 characters
+// from a-z and 2-7 (base32 of 96 random bits). Short, since an entry id is
+// stored with each of its lanes, and never starting with "-", so a command
+// line does not take it for a flag.
 func NewID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	return idEncoding.EncodeToString(b[:])
 }
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)

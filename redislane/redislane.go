@@ -57,8 +57,9 @@ type Backend struct {
 	ps     *redis.PubSub
 	reader sync.WaitGroup
 
-	hintsMu sync.RWMutex
-	hints   map[string]func([]lanes.Hint) // channel -> hint
+	hintsMu  sync.RWMutex
+	hints    map[string]func([]lanes.Hint) // channel -> hint
+	confirms map[string]chan struct{}      // channel -> closed when Redis confirms the subscription
 }
 
 var _ lanes.Backend = (*Backend)(nil)
@@ -86,7 +87,7 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	if err := lanes.ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
+	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, confirms: map[string]chan struct{}{}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
 	if err := WithPrefix(DefaultPrefix)(b); err != nil {
 		return nil, err
 	}
@@ -229,23 +230,35 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 	return snap, nil
 }
 
-// Subscribe implements lanes.Backend. All subscriptions of a Backend share
-// one pub/sub connection, which go-redis re-establishes after a cut; hints
-// published meanwhile are lost, and the Session's polling covers them.
+// Subscribe implements lanes.Backend. It returns once Redis confirmed the
+// subscription, so no hint published after it returns is missed. All
+// subscriptions of a Backend share one pub/sub connection, which go-redis
+// re-establishes after a cut; hints published meanwhile are lost, and the
+// Session's polling covers them.
 func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]lanes.Hint)) (func(), error) {
 	ch := b.wake + owner
+	confirmed := make(chan struct{})
 	b.hintsMu.Lock()
 	b.hints[ch] = hint
+	b.confirms[ch] = confirmed
 	b.hintsMu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.ps == nil {
 		b.ps = b.c.Subscribe(context.WithoutCancel(ctx))
-		msgs := b.ps.Channel()
+		msgs := b.ps.ChannelWithSubscriptions()
 		b.reader.Add(1)
 		go b.read(msgs)
 	}
-	if err := b.ps.Subscribe(ctx, ch); err != nil {
+	err := b.ps.Subscribe(ctx, ch)
+	b.mu.Unlock()
+	if err == nil {
+		select {
+		case <-confirmed:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+	}
+	if err != nil {
 		b.forget(ch)
 		return nil, b.mapErr(err)
 	}
@@ -265,16 +278,27 @@ func (b *Backend) forget(ch string) {
 	b.hintsMu.Lock()
 	defer b.hintsMu.Unlock()
 	delete(b.hints, ch)
+	delete(b.confirms, ch)
 }
 
-func (b *Backend) read(msgs <-chan *redis.Message) {
+func (b *Backend) read(msgs <-chan any) {
 	defer b.reader.Done()
-	for m := range msgs {
-		b.hintsMu.RLock()
-		hint := b.hints[m.Channel]
-		b.hintsMu.RUnlock()
-		if hint != nil {
-			hint(parseHints(m.Payload))
+	for msg := range msgs {
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			b.hintsMu.Lock()
+			if c := b.confirms[m.Channel]; c != nil && m.Kind == "subscribe" {
+				close(c)
+				delete(b.confirms, m.Channel)
+			}
+			b.hintsMu.Unlock()
+		case *redis.Message:
+			b.hintsMu.RLock()
+			hint := b.hints[m.Channel]
+			b.hintsMu.RUnlock()
+			if hint != nil {
+				hint(parseHints(m.Payload))
+			}
 		}
 	}
 }
