@@ -2,9 +2,12 @@ package sched
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // errStopped ends the wait of a call whose batch or call stopped as it was
@@ -33,8 +36,74 @@ func Interrupt(question string) error { return &InterruptError{Question: questio
 type invocationKey struct{}
 
 type invocation struct {
-	r *run
-	j job
+	r        *run
+	j        job
+	children children // bodies of runs nested in this one
+}
+
+// children counts the bodies of the runs nested in a tool body that are
+// still running; the body's lanes are released only after they end.
+type children struct {
+	mu    sync.Mutex
+	n     int
+	ended bool          // the body's lanes are being released: no more enter
+	zero  chan struct{} // closed when n falls to 0 while wait waits
+}
+
+// enter counts one more nested body; false once the lanes are released.
+func (c *children) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return false
+	}
+	c.n++
+	return true
+}
+
+func (c *children) leave() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 && c.zero != nil {
+		close(c.zero)
+		c.zero = nil
+	}
+}
+
+// wait blocks until no nested body runs, and refuses later ones.
+func (c *children) wait() {
+	c.mu.Lock()
+	c.ended = true
+	if c.n == 0 {
+		c.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	c.zero = ch
+	c.mu.Unlock()
+	<-ch
+}
+
+// safeRun runs a tool body, turning a panic into the call's error: one
+// tool's bug fails its call, not the process.
+func safeRun(run Body, ctx context.Context, inv Invocation) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			out, err = "", fmt.Errorf("tool %s panicked: %v", inv.Tool, p)
+		}
+	}()
+	return run(ctx, inv)
+}
+
+// safeLockKeys runs a LockKeysFunc, turning a panic into an error.
+func safeLockKeys(f LockKeysFunc, ctx context.Context, args json.RawMessage) (keys []string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			keys, err = nil, fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return f(ctx, args)
 }
 
 // Ask puts a question to a person from inside a tool body and waits for the
@@ -74,6 +143,8 @@ type Checkpoint struct {
 	Outcomes []Outcome // per call; an empty Status for a call still to run
 	CallID   string    // the call that asked
 	Question string
+
+	resumed atomic.Bool // Resume runs a checkpoint once
 }
 
 // toRun reports whether call i of the checkpoint still has to run: its
@@ -119,6 +190,9 @@ func (r *run) checkpoint() *Checkpoint {
 func (s *Scheduler) Resume(ctx context.Context, cp *Checkpoint, answer string, o Options) (*Result, error) {
 	if cp == nil || len(cp.Outcomes) != len(cp.Calls) {
 		return nil, fmt.Errorf("%w: not a checkpoint of this scheduler", ErrConfig)
+	}
+	if !cp.resumed.CompareAndSwap(false, true) {
+		return nil, fmt.Errorf("%w: this checkpoint was resumed already; resuming it again would run its calls twice", ErrConfig)
 	}
 	r := s.newRun(ctx, cp.Calls, o, cp, answer)
 	ctx, span := s.startBatch(ctx, cp.Calls, r.o)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +39,7 @@ type run struct {
 	outcomes []Outcome
 	asker    string // call id of the interrupting call
 	question string
+	parent   *invocation // the tool body this run is nested in, if any
 }
 
 // callState tracks one call's operations.
@@ -91,7 +94,7 @@ func (r *run) run(parent context.Context) (*Result, error) {
 		if r.resumed != nil && r.resumed.Outcomes[i].Status == Interrupted {
 			// Part of a fanned-out call ran before the interrupt.
 			for op, o := range r.resumed.Outcomes[i].Operations {
-				if o.Status != "" {
+				if o.Status != "" && op < len(st.results) {
 					oc := o
 					st.results[op] = &oc
 					st.left--
@@ -147,6 +150,8 @@ func (r *run) check(c Call, seen map[string]bool) string {
 		return fmt.Sprintf("call id %.60q must be printable, without spaces, at most %d bytes with the run id", c.ID, lanes.MaxIDLen-7)
 	case seen[c.ID]:
 		return fmt.Sprintf("call id %s appears twice in the batch", c.ID)
+	case strings.Contains(c.ID, "#"):
+		return fmt.Sprintf("call id %s has a #, which marks the operations of a fanned-out call", c.ID)
 	}
 	seen[c.ID] = true
 	t, ok := r.s.cfg.Tools[c.Tool]
@@ -269,10 +274,46 @@ func (r *run) enqueue(jobs []job, done chan<- struct{}) {
 		reqs = append(reqs, lanes.Request{ID: j.entry, Lanes: lns, Lineage: r.lineage, CallID: c.ID, Tool: c.Tool, Tenant: r.o.Tenant})
 		ready = append(ready, j)
 	}
-	if len(reqs) == 0 {
+	// In written order, in as few steps as lanes allows per step.
+	for len(reqs) > 0 {
+		n := stepSize(reqs)
+		r.enqueueStep(reqs[:n], ready[:n], done)
+		reqs, ready = reqs[n:], ready[n:]
+	}
+}
+
+// stepSize is how many of reqs, from the first, fit in one Enqueue step.
+func stepSize(reqs []lanes.Request) int {
+	n, lns := 0, 0
+	for n < len(reqs) && n < lanes.MaxStepRequests && lns+len(reqs[n].Lanes) <= lanes.MaxStepLanes {
+		lns += len(reqs[n].Lanes)
+		n++
+	}
+	return max(n, 1)
+}
+
+// enqueueStep enqueues reqs, the requests of ready, in one step. A limit
+// disagreement fails only the calls naming the key in question (rule 8:
+// failure is per call); the others are enqueued again without them.
+func (r *run) enqueueStep(reqs []lanes.Request, ready []job, done chan<- struct{}) {
+	tickets, err := r.s.session.Enqueue(r.admit, reqs...)
+	var lm *lanes.LimitMismatchError
+	if errors.As(err, &lm) {
+		var keepReqs []lanes.Request
+		var keepJobs []job
+		for k, q := range reqs {
+			if slices.ContainsFunc(q.Lanes, func(l lanes.Lane) bool { return l.Key == lm.Key }) {
+				r.notStarted(ready[k], err)
+				done <- struct{}{}
+				continue
+			}
+			keepReqs, keepJobs = append(keepReqs, q), append(keepJobs, ready[k])
+		}
+		if len(keepReqs) > 0 {
+			r.enqueueStep(keepReqs, keepJobs, done)
+		}
 		return
 	}
-	tickets, err := r.s.session.Enqueue(r.admit, reqs...)
 	if err != nil {
 		for _, j := range ready {
 			r.notStarted(j, err)
@@ -301,7 +342,7 @@ func (r *run) lanesOf(j job) ([]lanes.Lane, error) {
 		out = append(out, lanes.Lane{Key: ConcurrencyPrefix + k, Limit: t.Concurrency.Limit})
 	}
 	if t.LockKeys != nil {
-		keys, err := t.LockKeys(r.admit, r.state[j.call].ops[j.op])
+		keys, err := safeLockKeys(t.LockKeys, r.admit, r.state[j.call].ops[j.op])
 		if err != nil {
 			return nil, fmt.Errorf("could not tell what the call changes: %w", err)
 		}
@@ -335,15 +376,17 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 	}
 	r.emit(Event{Kind: EventGranted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry, Tokens: lease.Tokens()})
 
+	// The lease ends before the body only when it is lost or its Session
+	// closed: then the body must stop, as its lanes are no longer held.
 	body, cancel := context.WithCancelCause(r.ctx)
-	unhook := context.AfterFunc(lease.Context(), func() {
-		if cause := context.Cause(lease.Context()); errors.Is(cause, lanes.ErrLeaseLost) {
-			cancel(cause)
-		}
-	})
+	unhook := context.AfterFunc(lease.Context(), func() { cancel(context.Cause(lease.Context())) })
 	body, span := r.s.startTool(body, lease.Context(), c, j.op)
 	body = lanes.WithLineage(body, append(r.lineage, j.entry))
-	body = context.WithValue(body, invocationKey{}, &invocation{r: r, j: j})
+	self := &invocation{r: r, j: j}
+	body = context.WithValue(body, invocationKey{}, self)
+	// A nested run keeps its parent's lanes held until this body returns,
+	// since it may be spending them by re-entry (DESIGN.md invariant 10).
+	nested := r.parent != nil && r.parent.children.enter()
 	limit := body
 	stopTimer := func() bool { return true }
 	if st.tool.Timeout > 0 {
@@ -361,14 +404,18 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 	}
 	results := make(chan result, 1)
 	go func() {
-		out, err := st.tool.Run(limit, inv)
+		out, err := safeRun(st.tool.Run, limit, inv)
 		results <- result{out, err}
 	}()
 	cleanup := func() {
 		stopTimer()
+		self.children.wait() // its own nested runs' bodies end first
 		unhook()
 		cancel(nil)
 		_ = lease.Release(context.Background())
+		if nested {
+			r.parent.children.leave()
+		}
 	}
 	base := Outcome{CallID: c.ID, Tool: c.Tool, Queued: started.Sub(r.start), Tokens: lease.Tokens()}
 
@@ -492,13 +539,17 @@ func (r *run) settleOp(j job, o Outcome) {
 	if bad && st.tool.FanOut != nil && st.tool.FanOut.OnError == Stop {
 		st.stopped = true
 	}
-	if o.Status == Interrupted && r.asker == "" {
-		r.asker = c.ID
-		var ie *InterruptError
-		if errors.As(o.Err, &ie) {
-			r.question = ie.Question
-		}
+	if o.Status == Interrupted {
+		// Every interrupted operation runs again on Resume; the first one
+		// asks the checkpoint's question.
 		st.pending = append(st.pending, j.op)
+		if r.asker == "" {
+			r.asker = c.ID
+			var ie *InterruptError
+			if errors.As(o.Err, &ie) {
+				r.question = ie.Question
+			}
+		}
 	}
 	last := st.left == 0
 	r.mu.Unlock()

@@ -160,8 +160,9 @@ func (s *Scheduler) newRun(ctx context.Context, calls []Call, o Options, cp *Che
 	if o.RunID == "" {
 		o.RunID = lanes.NewID()
 	}
+	parent, _ := ctx.Value(invocationKey{}).(*invocation)
 	r := &run{
-		s: s, o: o, runner: runner, calls: calls,
+		s: s, o: o, runner: runner, calls: calls, parent: parent,
 		outcomes: make([]Outcome, len(calls)),
 		state:    make([]*callState, len(calls)),
 		lineage:  lanes.LineageFrom(ctx),

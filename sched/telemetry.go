@@ -34,7 +34,7 @@ const (
 // startBatch starts the span of one Run.
 func (s *Scheduler) startBatch(ctx context.Context, calls []Call, o Options) (context.Context, trace.Span) {
 	if !s.tracer.On() {
-		return ctx, trace.SpanFromContext(ctx)
+		return ctx, nil
 	}
 	ctx, span := s.tracer.Start(ctx, "lanes.batch")
 	if span.IsRecording() {
@@ -83,6 +83,9 @@ func endTool(span trace.Span, o Outcome) {
 
 // endBatch ends a Run's span with how many calls ended how.
 func endBatch(span trace.Span, res *Result) {
+	if span == nil {
+		return
+	}
 	if span.IsRecording() && res != nil {
 		count := map[Status]int{}
 		for _, o := range res.Outcomes {

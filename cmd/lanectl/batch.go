@@ -366,7 +366,7 @@ func pad(s string, width int) string {
 // output cannot move the terminal's cursor.
 func printable(s string) string {
 	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) && r != '\t' {
+		if (unicode.IsControl(r) && r != '\t') || unicode.Is(unicode.Cf, r) {
 			return '?'
 		}
 		return r

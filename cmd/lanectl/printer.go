@@ -120,8 +120,8 @@ func cell(s string) string {
 		return "-"
 	}
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return ' '
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' ' // format characters too: U+202E would reverse the line
 		}
 		return r
 	}, s)

@@ -89,9 +89,9 @@ func runCommand(ctx context.Context, argv []string, dir string, inv sched.Invoca
 	err := cmd.Wait()
 	stopped := ctx.Err() != nil
 	leftover := errors.Is(err, exec.ErrWaitDelay) // exited, but a child kept its output open
-	if stopped || leftover {
-		killGroup(cmd)
-	}
+	// Whatever the command left running in its group (a child sent to the
+	// background) would run on after its lanes pass on: it goes too.
+	killGroup(cmd)
 	out := strings.TrimSuffix(stdout.buf.String(), "\n")
 	switch {
 	case stdout.over:

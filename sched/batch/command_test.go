@@ -260,3 +260,26 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCommandBackgroundChildGoesWithIt runs a command that leaves a child
+// in the background (its output closed) and exits at once: the child is
+// killed when the body returns, so nothing of the command runs after its
+// lanes pass on.
+func TestCommandBackgroundChildGoesWithIt(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "detach"), `sleep 60 >/dev/null 2>&1 </dev/null & echo $! > "$1"; echo started`)
+	out, err := batch.Command([]string{sh, pidFile}, "")(context.Background(), sched.Invocation{CallID: "c", Tool: "t", Args: []byte(`{}`)})
+	if err != nil || out != "started" {
+		t.Fatalf("Command() = %q, %v; want started", out, err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the background sleep is gone", func() bool { return gone(pid) })
+}
