@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/lanes-dev/lanes/sched"
@@ -82,7 +84,7 @@ func (t template) expand(args map[string]any) (string, error) {
 		case string:
 			b.WriteString(v)
 		case json.Number:
-			b.WriteString(v.String())
+			b.WriteString(canonicalNumber(v))
 		default:
 			if !ok {
 				return "", fmt.Errorf("argument %q is missing", p.text)
@@ -134,4 +136,21 @@ func jsonKind(v any) string {
 	default:
 		return fmt.Sprintf("a %T", v)
 	}
+}
+
+// canonicalNumber writes n the same way however the model spelled it, so
+// 1, 1.0 and 1e0 name one lock: an integer in decimal, any other number in
+// Go's shortest form. A number that does not parse is written as given.
+func canonicalNumber(n json.Number) string {
+	if i, err := n.Int64(); err == nil {
+		return strconv.FormatInt(i, 10)
+	}
+	f, err := n.Float64()
+	if err != nil {
+		return n.String()
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }

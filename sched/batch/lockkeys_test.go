@@ -36,7 +36,9 @@ func TestLockKeysTemplates(t *testing.T) {
 	}{
 		{`{"path": "a/b.txt", "id": "d1", "kind": "rfd"}`, []string{"file:" + filepath.Join(ws, "a/b.txt"), "draft:d1", "doc:rfd/d1", "constant"}, ""},
 		{`{"path": "/abs/x", "id": 7, "kind": "rfd"}`, []string{"file:/abs/x", "draft:7", "doc:rfd/7", "constant"}, ""},
-		{`{"path": "x", "id": 1.5e3, "kind": "k"}`, []string{"file:" + filepath.Join(ws, "x"), "draft:1.5e3", "doc:k/1.5e3", "constant"}, ""},
+		{`{"path": "x", "id": 1.5e3, "kind": "k"}`, []string{"file:" + filepath.Join(ws, "x"), "draft:1500", "doc:k/1500", "constant"}, ""},
+		{`{"path": "x", "id": 7.0, "kind": "k"}`, []string{"file:" + filepath.Join(ws, "x"), "draft:7", "doc:k/7", "constant"}, ""},
+		{`{"path": "x", "id": 0.25, "kind": "k"}`, []string{"file:" + filepath.Join(ws, "x"), "draft:0.25", "doc:k/0.25", "constant"}, ""},
 		{`{"path": "x", "kind": "k"}`, nil, `argument "id" is missing`},
 		{`{"path": "x", "id": true, "kind": "k"}`, nil, `argument "id" is a boolean, not a string or a number`},
 		{`{"path": "x", "id": null, "kind": "k"}`, nil, `argument "id" is null, not a string or a number`},
