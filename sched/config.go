@@ -20,23 +20,32 @@ const DefaultMaxConcurrentTools = 10
 var ErrConfig = errors.New("sched: invalid configuration")
 
 // Concurrency is a tool's limit, as RFD 129 defines it: every execution of
-// every tool naming the same key counts against one limit. The TOML forms
-// map onto it so: unset or 0 is the zero value (unbounded); N is {"", N} (the
-// tool's own name as key); {key, limit} is {key, limit}; {key} is {key, 1}.
+// every tool naming the same key counts against one limit. The forms:
+//
+//	Concurrency{}                          unbounded (TOML: unset or 0)
+//	Concurrency{Limit: 4}                  the tool's own name as key, 4 at once (TOML: 4)
+//	Concurrency{Key: "rfd"}                key rfd, 1 at once (TOML: { key = "rfd" })
+//	Concurrency{Key: "github", Limit: 4}   key github, 4 at once (TOML: { key, limit })
+//	Concurrency{Key: "x", Unbounded: true} names key x but limits nothing (TOML: { key = "x", limit = 0 });
+//	                                       Validate still checks that it agrees with the other tools naming x
 type Concurrency struct {
-	Key   string // the concurrency key; empty means the tool's own name
-	Limit int    // executions at once; 0 means unbounded
+	Key       string // the concurrency key; empty means the tool's own name
+	Limit     int    // executions at once; 0 with a Key means 1, 0 without one unbounded
+	Unbounded bool   // limits nothing, whatever Key says
 }
 
-// key returns the concurrency key of tool name, or "" when unbounded.
-func (c Concurrency) key(name string) string {
+// key returns the concurrency key of tool name and its limit, or "" and 0
+// when unbounded.
+func (c Concurrency) key(name string) (string, int) {
 	switch {
-	case c.Limit == 0:
-		return ""
+	case c.Unbounded, c.Key == "" && c.Limit == 0:
+		return "", 0
 	case c.Key == "":
-		return name
+		return name, c.Limit
+	case c.Limit == 0:
+		return c.Key, 1
 	default:
-		return c.Key
+		return c.Key, c.Limit
 	}
 }
 
@@ -140,16 +149,18 @@ type Runner struct {
 	PerTool map[string]int
 	// PerTenant bounds one tenant across all its runs; 0 is unbounded.
 	PerTenant int
-	// ParallelToolCalls lets consecutive safe calls run together. Off, one
-	// call runs at a time, in order.
-	ParallelToolCalls bool
-	OnToolError       Policy
+	// Sequential runs one call at a time, in order, safe or not: TOML's
+	// parallel_tool_calls = false. By default consecutive safe calls run
+	// together (rule 3).
+	Sequential  bool
+	OnToolError Policy
 }
 
-// DefaultRunner is the Runner a TOML configuration starts from: parallel
-// calls, a turn lane of DefaultMaxConcurrentTools, failures surfaced.
+// DefaultRunner is the Runner a TOML configuration starts from, the same
+// as the zero Runner: parallel calls, a turn lane of
+// DefaultMaxConcurrentTools, failures surfaced.
 func DefaultRunner() Runner {
-	return Runner{MaxConcurrentTools: DefaultMaxConcurrentTools, ParallelToolCalls: true}
+	return Runner{MaxConcurrentTools: DefaultMaxConcurrentTools}
 }
 
 func (r Runner) turn() int {
@@ -161,13 +172,13 @@ func (r Runner) turn() int {
 
 // NarrowedTo returns r narrowed by o, as an agent narrows its runner: the
 // smaller of each limit (where 0 means unbounded for PerTool and PerTenant),
-// parallel calls only if both allow them, and FailRun if either asks for it.
+// sequential if either is, and FailRun if either asks for it.
 // It never widens r.
 func (r Runner) NarrowedTo(o Runner) Runner {
 	out := Runner{
 		MaxConcurrentTools: min(r.turn(), o.turn()),
 		PerTenant:          minBound(r.PerTenant, o.PerTenant),
-		ParallelToolCalls:  r.ParallelToolCalls && o.ParallelToolCalls,
+		Sequential:         r.Sequential || o.Sequential,
 		OnToolError:        max(r.OnToolError, o.OnToolError),
 	}
 	if len(r.PerTool)+len(o.PerTool) > 0 {
@@ -233,11 +244,11 @@ func (c Config) Validate() error {
 		case t.Concurrency.Limit > lanes.MaxLimit:
 			add("tool %s: concurrency limit %d is above %d", n, t.Concurrency.Limit, lanes.MaxLimit)
 		}
-		if k := t.Concurrency.key(n); k != "" {
+		if k, limit := t.Concurrency.key(n); k != "" {
 			if err := lanes.ValidateKey("concurrency:" + k); err != nil {
 				add("tool %s: concurrency key %q: %v", n, k, err)
 			}
-			claims[k] = append(claims[k], claim{n, t.Concurrency.Limit})
+			claims[k] = append(claims[k], claim{n, limit})
 		} else if t.Concurrency.Key != "" {
 			// {key = "x", limit = 0}: accepted, limits nothing, and still
 			// must agree with the other tools naming x.
@@ -246,7 +257,7 @@ func (c Config) Validate() error {
 		if t.Timeout < 0 {
 			add("tool %s: timeout %v is negative", n, t.Timeout)
 		}
-		if t.FanOut != nil && t.FanOut.OnError == Stop && t.Concurrency.Limit < 1 {
+		if _, limit := t.Concurrency.key(n); t.FanOut != nil && t.FanOut.OnError == Stop && limit < 1 {
 			add("tool %s: fan_out.on_error = \"stop\" needs a concurrency limit of at least 1 (unbounded operations all start at once)", n)
 		}
 		if !t.Disabled && t.Run == nil {

@@ -227,3 +227,45 @@ func TestPanickingToolFailsItsCall(t *testing.T) {
 		wantStatus(t, res, map[string]sched.Status{"a": sched.Failed, "b": sched.Failed, "c": sched.OK})
 	})
 }
+
+// In Go, Concurrency{Key: k} means limit 1, as TOML's { key = "k" } does;
+// Unbounded names the key and limits nothing.
+func TestConcurrencyKeyAloneMeansOne(t *testing.T) {
+	b := lanes.NewMemory()
+	ses, err := lanes.NewSession(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ses.Close()
+	for _, tc := range []struct {
+		c    sched.Concurrency
+		want int32
+	}{{sched.Concurrency{Key: "x"}, 1}, {sched.Concurrency{Key: "x", Unbounded: true}, 3}} {
+		var running, most atomic.Int32
+		var gate sync.WaitGroup
+		gate.Add(1)
+		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			n := running.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			if n == 3 {
+				gate.Done()
+			}
+			if tc.want == 3 {
+				gate.Wait()
+			}
+			running.Add(-1)
+			return "", nil
+		}
+		s, err := sched.New(sched.Config{Tools: map[string]sched.Tool{"t": {Safe: safe, Concurrency: tc.c, Run: body}}}, ses)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(context.Background(), calls("a:t", "b:t", "c:t"), sched.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if most.Load() != tc.want {
+			t.Errorf("%+v: %d at once; want %d", tc.c, most.Load(), tc.want)
+		}
+	}
+}

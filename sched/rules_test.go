@@ -174,7 +174,7 @@ func TestRule3SequentialWithoutParallelCalls(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		r := parallel()
-		r.ParallelToolCalls = false
+		r.Sequential = true
 		s := e.scheduler(config(p, r, map[string]sched.Tool{"read": {Safe: safe}}))
 		res := e.run(s, calls("a:read", "b:read", "c:read"), sched.Options{})
 		wantStatus(t, res, map[string]sched.Status{"a": sched.OK, "b": sched.OK, "c": sched.OK})

@@ -180,7 +180,7 @@ func (r *run) phases(live []int) [][]job {
 	}
 	for _, i := range live {
 		jobs := r.jobs(i)
-		if !r.runner.ParallelToolCalls {
+		if r.runner.Sequential {
 			cur = append(cur, jobs...)
 			continue
 		}
@@ -225,7 +225,7 @@ func (r *run) safe(i int) bool {
 
 // turn is the size of the turn lane for this run.
 func (r *run) turn() int {
-	if !r.runner.ParallelToolCalls {
+	if r.runner.Sequential {
 		return 1
 	}
 	return r.runner.turn()
@@ -338,8 +338,8 @@ func (r *run) lanesOf(j job) ([]lanes.Lane, error) {
 	if n := r.runner.PerTool[c.Tool]; n > 0 {
 		out = append(out, lanes.Lane{Key: ToolPrefix + c.Tool, Limit: n})
 	}
-	if k := t.Concurrency.key(c.Tool); k != "" {
-		out = append(out, lanes.Lane{Key: ConcurrencyPrefix + k, Limit: t.Concurrency.Limit})
+	if k, limit := t.Concurrency.key(c.Tool); k != "" {
+		out = append(out, lanes.Lane{Key: ConcurrencyPrefix + k, Limit: limit})
 	}
 	if t.LockKeys != nil {
 		keys, err := safeLockKeys(t.LockKeys, r.admit, r.state[j.call].ops[j.op])

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # make test: every package under -race, then a summary: the packages, which
 # backends the conformance suite covered, and every skipped test grouped by
-# its reason. On a failure, the failing tests' output. The full log stays in
-# .cache/test.log.
+# its reason. On a failure, the failing tests and what they printed. The
+# full log stays in .cache/test.log.
 set -uo pipefail
 mkdir -p .cache
 log=.cache/test.log
+redis=${LANES_REDIS_URL:-${REDIS_URL:-redis://127.0.0.1:6379}}
+echo "go test -race ./... (real Redis: $redis; full log: $log)"
 go test -race -count=1 -v ./... >"$log" 2>&1
 status=$?
 
-grep -E '^(ok|FAIL|\?) ' "$log"
+grep -E '^(ok|FAIL|\?)[[:space:]]' "$log"
 echo
 echo "conformance suite, by backend:"
 grep -E -- '^--- (PASS|FAIL|SKIP): TestConformance' "$log" | sed 's/ (.*//; s/^/  /'
@@ -19,9 +21,11 @@ if [ -n "$skips" ]; then
   echo "skipped tests, by reason:"
   echo "$skips" | sed 's/^/  /'
 fi
+echo
 if [ "$status" -ne 0 ]; then
-  echo
-  echo "FAILED; the failing tests (full log in $log):"
-  grep -E -B2 -A25 -- '--- FAIL' "$log" | head -300
+  echo "FAILED. The failing tests, and the lines they logged (full log: $log):"
+  grep -E -- '^\s*--- FAIL|^\s+\S+_test\.go:[0-9]+: |^panic:|^FAIL[[:space:]]' "$log" | grep -v ': SKIP: ' | head -200
+else
+  echo "all tests passed"
 fi
 exit "$status"

@@ -12,18 +12,21 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// alive reports whether the process whose pid is in file still runs.
-func alive(t *testing.T, file string) bool {
-	t.Helper()
+// pidIn returns the pid written in file, or 0 while the file does not hold
+// one yet (it exists as soon as the shell opens it, before it writes).
+func pidIn(file string) int {
 	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatalf("reading %s: %v", file, err)
+	if err != nil || !strings.HasSuffix(string(b), "\n") {
+		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatalf("pid file %s = %q", file, b)
-	}
-	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// alive reports whether the process whose pid is in file runs.
+func alive(file string) bool {
+	pid := pidIn(file)
+	return pid > 0 && !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
 
 // A lost lease stops the commands the command started too: they run in its
@@ -34,7 +37,7 @@ func TestLockLeaseLostStopsTheWholeGroup(t *testing.T) {
 	grandchild := filepath.Join(dir, "grandchild")
 	// The shell starts a sleep of its own and waits for it.
 	p := startBin(t, s.args("lock", "--ttl", "3s", "k", "--", "sh", "-c", `sleep 60 & echo $! >"$1"; wait`, "sh", grandchild)...)
-	eventually(t, "the grandchild runs", func() bool { return fileExists(grandchild) && alive(t, grandchild) })
+	eventually(t, "the grandchild runs", func() bool { return alive(grandchild) })
 	snap := s.inspect(t)
 	if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
 		t.Fatalf("Inspect() = %+v; want lanectl holding k", snap.Keys)
@@ -45,7 +48,7 @@ func TestLockLeaseLostStopsTheWholeGroup(t *testing.T) {
 	if code := p.wait(t); code != exitLeaseLost {
 		t.Fatalf("lock = %d; want %d", code, exitLeaseLost)
 	}
-	eventually(t, "the grandchild is stopped with its group", func() bool { return !alive(t, grandchild) })
+	eventually(t, "the grandchild is stopped with its group", func() bool { return !alive(grandchild) })
 }
 
 // A lanectl that dies without a word (SIGKILL) takes its command along, on
@@ -54,10 +57,10 @@ func TestLockKilledTakesItsCommand(t *testing.T) {
 	s := newMiniredis(t)
 	child := filepath.Join(t.TempDir(), "child")
 	p := startBin(t, s.args("lock", "k", "--", "sh", "-c", `echo $$ >"$1"; exec sleep 60`, "sh", child)...)
-	eventually(t, "the command runs", func() bool { return fileExists(child) && alive(t, child) })
+	eventually(t, "the command runs", func() bool { return alive(child) })
 	p.signal(t, syscall.SIGKILL)
 	p.wait(t)
-	eventually(t, "the command dies with lanectl", func() bool { return !alive(t, child) })
+	eventually(t, "the command dies with lanectl", func() bool { return !alive(child) })
 }
 
 // An entry id another live process holds is a usage error, not a shared lease.

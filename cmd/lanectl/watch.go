@@ -121,6 +121,9 @@ func (o *watchOptions) run(cmd *cobra.Command) error {
 		if err := d.show(f); err != nil {
 			return err
 		}
+		if readerGone(out) {
+			break // nobody reads any more: done, as after SIGPIPE
+		}
 		select {
 		case <-ctx.Done():
 		case <-tick.C:

@@ -227,7 +227,7 @@ func (p *parser) runner(r *sched.Runner, v toml.Primitive, dir string) (workspac
 	}
 	if f := at(k, "parallel_tool_calls"); p.has(f) {
 		if b, ok := p.bool(f, rt.ParallelToolCalls); ok {
-			r.ParallelToolCalls = b
+			r.Sequential = !b
 		}
 	}
 	if f := at(k, "on_tool_error"); p.has(f) {
@@ -384,6 +384,7 @@ func (p *parser) concurrency(k toml.Key, v toml.Primitive) (sched.Concurrency, b
 			if c.Limit, ok = p.limit(lk, p.value(lk, ct.Limit), 0); !ok {
 				return sched.Concurrency{}, false
 			}
+			c.Unbounded = c.Limit == 0 // { key, limit = 0 }: named, limits nothing
 		}
 		return c, true
 	case nil:

@@ -35,7 +35,7 @@ func TestParseConfigConcurrencyForms(t *testing.T) {
 		{"concurrency = 3", sched.Concurrency{Limit: 3}},
 		{`concurrency = { key = "rfd", limit = 2 }`, sched.Concurrency{Key: "rfd", Limit: 2}},
 		{`concurrency = { key = "rfd" }`, sched.Concurrency{Key: "rfd", Limit: 1}},
-		{`concurrency = { key = "rfd", limit = 0 }`, sched.Concurrency{Key: "rfd", Limit: 0}},
+		{`concurrency = { key = "rfd", limit = 0 }`, sched.Concurrency{Key: "rfd", Unbounded: true}},
 		{"[tools.t.concurrency]\nkey = \"rfd\"\nlimit = 4", sched.Concurrency{Key: "rfd", Limit: 4}},
 	} {
 		cfg := parse(t, "[tools.t]\ncommand = [\"true\"]\n"+tt.form, "")
@@ -56,7 +56,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		tool.FanOut != nil || tool.Disabled || tool.LockKeys != nil || tool.Concurrency != (sched.Concurrency{}) {
 		t.Errorf("tool with only a command = %+v; want a body and every other field unset", tool)
 	}
-	if r := cfg.Runner; r.MaxConcurrentTools != 10 || !r.ParallelToolCalls || r.OnToolError != sched.Surface {
+	if r := cfg.Runner; r.MaxConcurrentTools != 10 || r.Sequential || r.OnToolError != sched.Surface {
 		t.Errorf("Runner = %+v; want max_concurrent_tools 10, parallel calls, surface", r)
 	}
 }
@@ -90,7 +90,7 @@ fan_out = { on_error = "stop" }
 enabled = false
 lock_keys = ["draft:{id}"]
 `, dir)
-	want := sched.Runner{MaxConcurrentTools: 8, PerTenant: 16, PerTool: map[string]int{"search": 4}, ParallelToolCalls: false, OnToolError: sched.FailRun}
+	want := sched.Runner{MaxConcurrentTools: 8, PerTenant: 16, PerTool: map[string]int{"search": 4}, Sequential: true, OnToolError: sched.FailRun}
 	if !reflect.DeepEqual(cfg.Runner, want) {
 		t.Errorf("Runner = %+v; want %+v", cfg.Runner, want)
 	}
