@@ -76,7 +76,12 @@ func (o *demoOptions) run(cmd *cobra.Command) error {
 	}
 	defer m.Close()
 	url := "redis://" + m.Addr()
-	fmt.Fprintf(out, "embedded Redis-protocol server at %s; three replicas run `lanectl batch`\n", url)
+	fmt.Fprintf(out, "embedded Redis-protocol server at %s; three replicas run `lanectl batch`:\n", url)
+	fmt.Fprintln(out, "  A  Anthropic Messages   renumber 008→011, 007→010, 006→009, 005→008; one partner call")
+	fmt.Fprintln(out, "  B  OpenAI Chat          two drafts under the next free number; one partner call")
+	fmt.Fprintln(out, "  C  OpenAI Responses     one draft; three partner calls (the partner refuses more than 2 at once)")
+	fmt.Fprintln(out, "Each timeline line is a tool starting or ending; with lanes, a call waits in its lane until the")
+	fmt.Fprintln(out, "one before it on the same key ends (rfd: one at a time, partner: two), across the replicas.")
 
 	withLanes, err := o.round(ctx, out, exe, url, filepath.Join(root, "with-lanes"), true)
 	if err != nil {
