@@ -3,10 +3,12 @@ package batch_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/sched"
 	"github.com/lanes-dev/lanes/sched/batch"
 )
@@ -70,4 +72,55 @@ func FuzzReadCalls(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzLockKeyTemplate checks a lock-key template against call arguments:
+// no template or argument panics; a template is refused with one line, or
+// yields keys that lanes accepts, or an error of one line for the call.
+func FuzzLockKeyTemplate(f *testing.F) {
+	f.Fuzz(func(t *testing.T, template string, args []byte) {
+		src := fmt.Sprintf("[tools.w]\ncommand = [\"true\"]\nlock_keys = [%s]\n", tomlString(template))
+		cfg, err := batch.ParseConfig([]byte(src), t.TempDir())
+		if err != nil {
+			if msg := err.Error(); msg == "" || strings.ContainsAny(msg, "\r\n") {
+				t.Fatalf("template %q refused with %q; want one line", template, msg)
+			}
+			return
+		}
+		keys, err := cfg.Tools["w"].LockKeys(context.Background(), args)
+		if err != nil {
+			if msg := err.Error(); msg == "" || strings.ContainsAny(msg, "\r\n") {
+				t.Fatalf("template %q on %q: error %q; want one line", template, args, msg)
+			}
+			return
+		}
+		for _, k := range keys {
+			if err := lanes.ValidateKey(sched.LockPrefix + k); err != nil && len(k) < lanes.MaxKeyLen-len(sched.LockPrefix) {
+				// Too long is the scheduler's to refuse, per call; anything
+				// else is a key lanes cannot hold.
+				if !strings.Contains(err.Error(), "control character") && !strings.Contains(err.Error(), "UTF-8") {
+					t.Fatalf("template %q on %q gave key %q that lanes refuses: %v", template, args, k, err)
+				}
+			}
+		}
+	})
+}
+
+// tomlString quotes s as a TOML basic string.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -1,0 +1,87 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/lanes/lanestest"
+)
+
+// The Session's heartbeat and loss timing, on a virtual clock
+// (testing/synctest): exact instants, no sleeping.
+
+// A lease whose renewals stop reaching the backend is lost exactly at its
+// local deadline: the send time of the last renewal that succeeded, plus
+// the TTL, minus the margin of a tenth of the TTL (DESIGN.md invariant 6).
+func TestLeaseLostAtItsLocalDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := &lanestest.Faulty{Backend: lanes.NewMemory()}
+		s, err := lanes.NewSession(ctx, f, lanes.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		l, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Second) // one heartbeat (at 3.33s) renewed it
+		f.SetDown(true)             // the one at 6.67s fails
+		<-l.Lost()
+		renewed := start.Add(10 * time.Second / 3)
+		if got, want := time.Since(renewed), 9*time.Second; got != want {
+			t.Fatalf("lost %v after its last renewal; want exactly TTL - TTL/10 = %v", got, want)
+		}
+		if !errors.Is(l.Err(), lanes.ErrLeaseLost) {
+			t.Fatalf("Err() = %v; want ErrLeaseLost", l.Err())
+		}
+		f.SetDown(false)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A lease whose heartbeats reach the backend is held however long it is
+// held, and a waiter behind it waits however long it waits.
+func TestLiveLeaseAndWaiterLastAnHour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, err := lanes.NewSession(ctx, lanes.NewMemory(), lanes.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := []lanes.Lane{{Key: "k", Limit: 1}}
+		l, err := s.Acquire(ctx, lanes.Request{Lanes: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := s.Enqueue(ctx, lanes.Request{Lanes: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		if err := l.Err(); err != nil {
+			t.Fatalf("after an hour of heartbeats, Err() = %v; want held", err)
+		}
+		select {
+		case <-ts[0].Ready():
+			t.Fatal("the waiter ended while the holder held")
+		default:
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w, err := ts[0].Wait(ctx)
+		if err != nil {
+			t.Fatalf("the waiter after an hour: %v", err)
+		}
+		_ = w.Release(ctx)
+		_ = s.Close()
+	})
+}
