@@ -88,9 +88,10 @@ func (s State) String() string {
 // every key it named, with these tokens. Without, the entry changed (it was
 // removed or taken over): the owner should ask with a Heartbeat.
 type Hint struct {
-	ID     string
-	Seq    uint64
-	Tokens map[string]uint64
+	ID      string
+	Seq     uint64
+	Tokens  map[string]uint64
+	Granted time.Time // the backend's clock at the grant, when known
 }
 
 // Status is one entry's state as a backend step saw it.

@@ -406,7 +406,7 @@ func (st *step) grant(e *memEntry, notify bool) {
 		e.tokens[l.Key] = m.tokens[l.Key]
 	}
 	if notify {
-		st.granted = append(st.granted, ownedHint{e.Owner.ID, Hint{ID: e.ID, Seq: e.seq, Tokens: maps.Clone(e.tokens)}})
+		st.granted = append(st.granted, ownedHint{e.Owner.ID, Hint{ID: e.ID, Seq: e.seq, Tokens: maps.Clone(e.tokens), Granted: st.now}})
 	}
 }
 

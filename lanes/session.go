@@ -502,6 +502,9 @@ func (s *Session) hint(hints []Hint) {
 		case e == nil, h.Tokens != nil && e.lease != nil:
 		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq:
 			s.grant(e, h.Tokens, false)
+			if !h.Granted.IsZero() {
+				s.tel.record(s.tel.handoff, seconds(max(time.Since(h.Granted), 0)), outcomeGranted)
+			}
 		default:
 			s.hinted[h.ID] = true
 			n++

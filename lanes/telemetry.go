@@ -58,7 +58,7 @@ type telemetry struct {
 	tracer otelx.Tracer
 	meter  otelx.Meter
 
-	waitDur, holdDur                      metric.Float64Histogram
+	waitDur, holdDur, handoff             metric.Float64Histogram
 	grants, lost, beatFails, polls, evict metric.Int64Counter
 }
 
@@ -73,6 +73,8 @@ func (t *telemetry) instruments() {
 		metric.WithDescription("Time from enqueue to grant or to the end of the wait"))
 	t.holdDur, _ = m.Float64Histogram("lanes.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time a lease was held, from grant to release or loss"))
+	t.handoff, _ = m.Float64Histogram("lanes.handoff.duration", metric.WithUnit("s"),
+		metric.WithDescription("From the backend's grant (its clock) to the waiting process taking it from the hint (its clock): clock skew between them adds to it"))
 	t.grants, _ = m.Int64Counter("lanes.grants", metric.WithDescription("Leases granted to this process"))
 	t.lost, _ = m.Int64Counter("lanes.leases.lost", metric.WithDescription("Leases lost: not renewed in time or released by force"))
 	t.beatFails, _ = m.Int64Counter("lanes.heartbeat.failures", metric.WithDescription("Heartbeat steps that failed"))

@@ -244,6 +244,7 @@ func parseHints(payload string) []lanes.Hint {
 		ID string            `json:"id"`
 		Q  uint64            `json:"q"`
 		X  map[string]string `json:"x"`
+		G  int64             `json:"g"`
 	}
 	if err := json.Unmarshal([]byte(payload), &msgs); err != nil {
 		var out []lanes.Hint
@@ -255,6 +256,9 @@ func parseHints(payload string) []lanes.Hint {
 	out := make([]lanes.Hint, 0, len(msgs))
 	for _, m := range msgs {
 		h := lanes.Hint{ID: m.ID, Seq: m.Q}
+		if m.G > 0 {
+			h.Granted = msTime(m.G)
+		}
 		if len(m.X) > 0 {
 			h.Tokens = make(map[string]uint64, len(m.X))
 			for k, v := range m.X {

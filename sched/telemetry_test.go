@@ -155,6 +155,9 @@ func TestSpansAndMetricsOfOneBatch(t *testing.T) {
 	if got["lanes.grants"] != 2 || got["lanes.wait.duration"] != 2 || got["lanes.hold.duration"] != 2 {
 		t.Errorf("metrics %v; want 2 grants, 2 waits and 2 holds recorded", got)
 	}
+	if got["lanes.handoff.duration"] != 1 {
+		t.Errorf("metrics %v; want one hand-off (b's grant came with the hint)", got)
+	}
 }
 
 func names(spans []sdktrace.ReadOnlySpan) []string {

@@ -293,7 +293,8 @@ local function cycle(r)
 end
 
 -- finish publishes one hint per owner, a JSON list: {"id", "q": sequence
--- number, "x": tokens} for each of its entries this step granted (the
+-- number, "x": tokens, "g": grant time (ms)} for each of its entries this
+-- step granted (the
 -- owner may take the grant from it without asking), {"id"} for each removed
 -- or taken over by someone else (the owner asks). When extend is set (a
 -- heartbeat: every live process runs one each TTL/3) it sets the
@@ -311,7 +312,7 @@ local function finish(extend)
     end
     table.insert(by[o], msg)
   end
-  for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x}) end
+  for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x, g = e.g}) end
   for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
