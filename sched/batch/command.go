@@ -74,19 +74,22 @@ func runCommand(ctx context.Context, argv []string, dir string, inv sched.Invoca
 	if !filepath.IsAbs(path) && strings.ContainsRune(path, filepath.Separator) && dir != "" {
 		path = filepath.Join(dir, path)
 	}
-	cmd := exec.CommandContext(ctx, path, argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = environ(os.Environ(), inv)
-	cmd.Stdin = bytes.NewReader(inv.Args)
 	stdout := &capped{max: MaxOutput}
 	stderr := &tail{max: StderrTail}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = KillAfter
-	ownGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	cmd, err := start(func() *exec.Cmd {
+		cmd := exec.CommandContext(ctx, path, argv[1:]...)
+		cmd.Dir = dir
+		cmd.Env = environ(os.Environ(), inv)
+		cmd.Stdin = bytes.NewReader(inv.Args)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		cmd.WaitDelay = KillAfter
+		ownGroup(cmd)
+		return cmd
+	})
+	if err != nil {
 		return "", startError(ctx, path, dir, err)
 	}
-	err := cmd.Wait()
+	err = cmd.Wait()
 	stopped := ctx.Err() != nil
 	leftover := errors.Is(err, exec.ErrWaitDelay) // exited, but a child kept its output open
 	// Whatever the command left running in its group (a child sent to the
@@ -238,4 +241,19 @@ func (t *tail) String() string {
 		s = "…" + s
 	}
 	return s
+}
+
+// start starts a command that build makes, making a new one while its
+// program file is "busy" for a moment: an executable just written stays
+// busy while any process forked meanwhile (here or elsewhere) still holds
+// the writer's descriptor (go.dev/issue/22315).
+func start(build func() *exec.Cmd) (*exec.Cmd, error) {
+	for wait := time.Millisecond; ; wait *= 2 {
+		cmd := build()
+		err := cmd.Start()
+		if !errors.Is(err, syscall.ETXTBSY) || wait > 256*time.Millisecond {
+			return cmd, err
+		}
+		time.Sleep(wait)
+	}
 }
