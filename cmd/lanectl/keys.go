@@ -34,12 +34,9 @@ func (o *keysOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer closeBackend()
-	snap, err := b.Inspect(cmd.Context(), nil)
+	snap, err := o.global.snapshot(cmd.Context(), b, nil)
 	if err != nil {
-		return o.global.unavailable(err)
-	}
-	if snap.Namespace == "" {
-		snap.Namespace = o.global.namespace
+		return err
 	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Keys(newKeysView(snap))
 }

@@ -138,6 +138,19 @@ func (g *globalOptions) unavailable(err error) error {
 	return err
 }
 
+// snapshot inspects keys (every key with holders or waiters when none) and
+// names the namespace where the backend left it empty.
+func (g *globalOptions) snapshot(ctx context.Context, b lanes.Backend, keys []string) (*lanes.Snapshot, error) {
+	snap, err := b.Inspect(ctx, keys)
+	if err != nil {
+		return nil, g.unavailable(err)
+	}
+	if snap.Namespace == "" {
+		snap.Namespace = g.namespace
+	}
+	return snap, nil
+}
+
 // unreachableError reports a Redis server that cannot be reached. It is
 // lanes.ErrUnavailable to errors.Is.
 type unreachableError struct {

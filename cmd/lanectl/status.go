@@ -45,12 +45,9 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer closeBackend()
-	snap, err := b.Inspect(cmd.Context(), o.keys)
+	snap, err := o.global.snapshot(cmd.Context(), b, o.keys)
 	if err != nil {
-		return o.global.unavailable(err)
-	}
-	if snap.Namespace == "" {
-		snap.Namespace = o.global.namespace
+		return err
 	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(newStatusView(snap))
 }

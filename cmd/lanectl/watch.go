@@ -137,13 +137,9 @@ func (o *watchOptions) run(cmd *cobra.Command) error {
 func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, error) {
 	ictx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	snap, err := b.Inspect(ictx, o.keys)
+	snap, err := o.global.snapshot(ictx, b, o.keys)
 	if err != nil {
-		err = o.global.unavailable(err)
 		return watchFrame{at: time.Now(), err: errorLine(err, o.global.redisURL)}, err
-	}
-	if snap.Namespace == "" {
-		snap.Namespace = o.global.namespace
 	}
 	return watchFrame{view: newStatusView(snap), at: snap.Time}, nil
 }
