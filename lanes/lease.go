@@ -123,6 +123,21 @@ func (l *Lease) Token(key string) uint64 { return l.tokens[key] }
 // Tokens returns a copy of every key's fencing token.
 func (l *Lease) Tokens() map[string]uint64 { return maps.Clone(l.tokens) }
 
+// Deadline returns the lease's local deadline: when Lost closes unless a
+// heartbeat renews it first. It lies a margin (a tenth of the TTL) before
+// the earliest moment the backend could expire the lease and grant its
+// slots to another holder, so a holder that stops its work at Deadline, or
+// at the latest when Lost closes, is done before anyone else starts. It
+// keeps its last value once the lease ends.
+func (l *Lease) Deadline() time.Time {
+	if l.s == nil || l.e.timer == nil {
+		return time.Time{} // a lease that took no lane never expires
+	}
+	l.s.mu.Lock()
+	defer l.s.mu.Unlock()
+	return l.e.deadline
+}
+
 // Lost is closed when the lease is lost. It stays open after Release.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
