@@ -126,8 +126,8 @@ func TestFenceScriptRejectsMalformedArgs(t *testing.T) {
 				{"res", "99999999999999999999"}, {"", "1"}, {"res"},
 			} {
 				err := c.Eval(ctx, src, []string{key}, args...).Err()
-				if err == nil || !strings.HasPrefix(err.Error(), "LANES_INVALID ") {
-					t.Errorf("EVAL fence.lua %q = %v; want a LANES_INVALID error", args, err)
+				if err == nil || !strings.HasPrefix(err.Error(), "LANES_BADARG ") {
+					t.Errorf("EVAL fence.lua %q = %v; want a LANES_BADARG error", args, err)
 				}
 			}
 			if n, err := c.Exists(ctx, key).Result(); err != nil || n != 0 {

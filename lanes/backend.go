@@ -9,11 +9,12 @@ import (
 // counters. Each method is one atomic step on that store. A Session turns
 // these steps into waits and leases; most code uses a Session, not a Backend.
 //
-// Every method is safe for concurrent use. Before changing anything, each
-// method first expires the entries whose deadline passed (holders and waiters
-// alike) and grants what that frees. Every method that frees capacity grants
-// the next eligible entries itself, mints their tokens, and then calls the
-// hint function of each owner that got a grant.
+// Every method is safe for concurrent use. An entry whose deadline passed
+// is never renewed, granted or counted as alive: each method removes
+// expired entries (holders first) before it needs them gone, and grants
+// what that frees. Every method that frees capacity grants the next
+// eligible entries itself, mints their tokens, and then calls the hint
+// function of each owner that got a grant.
 //
 // Lanes with limit 0 are dropped before they reach a Backend; a Backend may
 // reject them.
@@ -21,17 +22,23 @@ type Backend interface {
 	// Enqueue places each request in the queue of every lane it names, in
 	// the order given, in one atomic step, and grants those that are
 	// eligible (DESIGN.md invariants 2 to 4). A request whose ID exists
-	// already is not enqueued again (invariant 8): for the same owner (a
-	// retry) its Status is returned as it stands and its deadline renewed;
-	// a waiting entry of another owner (a restarted runner taking its batch
-	// over) passes to owner, keeps its place, and its old owner is told; a
-	// held entry of another owner is refused: its Status carries an error
-	// wrapping ErrNotHolder, and the entry is left alone.
+	// already with the same lanes and lineage is not enqueued again
+	// (invariant 8): for the same owner (a retry) its Status is returned as
+	// it stands and its deadline renewed; a waiting entry of another owner
+	// (a restarted runner taking its batch over) passes to owner, keeps its
+	// place, and its old owner is told. A request is refused alone, its
+	// Status carrying the error and nothing of it changed, when its ID
+	// exists with other lanes or lineage (*IDConflictError), another owner
+	// holds its ID (ErrNotHolder), its ID was settled since (ErrCanceled:
+	// a late copy of a step its owner gave up on), or it would close a
+	// lock cycle (*LockCycleError).
 	//
-	// Each entry's deadline is the backend's clock plus ttl. The returned
-	// slice has one Status per request, in order; Waiting ones carry their
-	// positions. On a limit disagreement it returns a *LimitMismatchError
-	// and enqueues none of reqs.
+	// Each entry's deadline is the backend's clock plus ttl (1ms to
+	// MaxTTL). The returned slice has one Status per request, in order;
+	// Waiting ones carry their positions. A step that is malformed
+	// (duplicate ids, out of bounds) returns an *InvalidError, and one
+	// with a limit disagreement a *LimitMismatchError: then none of reqs
+	// is enqueued.
 	Enqueue(ctx context.Context, owner Owner, ttl time.Duration, reqs []Request) ([]Status, error)
 
 	// Heartbeat renews the deadline of each listed entry that owner owns to
@@ -49,6 +56,15 @@ type Backend interface {
 	// owners get a hint, so a lease released by force learns it at once. Ids
 	// not removed are reported Gone and change nothing.
 	Release(ctx context.Context, by string, ids []string) (Released, error)
+
+	// Settle removes owner's listed entries, as Release does, and keeps a
+	// tombstone of each id, present or not, for lifetime: an Enqueue of a
+	// tombstoned id meanwhile is refused (its Status carries ErrCanceled).
+	// A Session settles the ids of a step whose reply it did not get, so
+	// that a copy of the step still in flight cannot bring them back after
+	// it gave up on them (the copy would hold its keys with nobody to
+	// renew or release it).
+	Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (Released, error)
 
 	// Inspect returns the holders and waiters of the listed keys, or of every
 	// key that has any when keys is empty.
@@ -86,7 +102,10 @@ func (s State) String() string {
 // Hint is a backend's word to an owner about one of its entries. With
 // Tokens set it is a grant: the entry of sequence number Seq now holds
 // every key it named, with these tokens. Without, the entry changed (it was
-// removed or taken over): the owner should ask with a Heartbeat.
+// removed or taken over): the owner should ask with a Heartbeat. A Hint
+// with an empty ID is about every entry: the backend's state was reset or
+// its connection to the owner was re-established, and the owner should
+// ask about all of them.
 type Hint struct {
 	ID      string
 	Seq     uint64
@@ -109,15 +128,21 @@ type Status struct {
 	// Positions holds, for a Waiting entry returned by Enqueue, its place in
 	// each key's queue counted from 1. Heartbeat leaves it nil.
 	Positions map[string]int
-	// Err is set when Enqueue refused this one request (its State is Gone):
-	// an id held by another owner (ErrNotHolder). The batch's other
+	// Err is set when Enqueue refused this one request (its State is Gone,
+	// and nothing of it changed): see Backend.Enqueue. The batch's other
 	// requests are enqueued.
 	Err error
+	// Epoch names the lifetime of the backend's state that the step saw. It
+	// changes when the state was reset (part of it vanished) or lost (a
+	// Redis restart without persistence): every entry of an earlier epoch
+	// is gone.
+	Epoch string
 }
 
 // Released reports what a Release step removed.
 type Released struct {
 	Was     []State  // per id, in order: Held, Waiting, or Gone (nothing removed)
+	Forced  []bool   // per id: Gone because an operator released it by force (owner releases only)
 	Granted []string // entries that the step granted as a result, in grant order
 }
 
@@ -125,6 +150,8 @@ type Released struct {
 type Snapshot struct {
 	Namespace string
 	Time      time.Time  // the backend's clock when the snapshot was taken
+	Epoch     string     // the lifetime of the state (see Status.Epoch); "" when there is none
+	Frozen    time.Time  // after a reset, no grant happens before this instant; zero when none
 	Keys      []KeyState // sorted by key
 	Stats     Stats
 }
@@ -134,6 +161,15 @@ type Snapshot struct {
 type Stats struct {
 	ExpiredHolders uint64 // leases that expired: their holders crashed or stalled
 	EvictedWaiters uint64 // waiting entries that expired: their processes died or stalled
+	Revoked        uint64 // borrowed leases that ended with the lease they borrowed from
+	Resets         uint64 // times the state was reset because part of it vanished
+}
+
+// Checker is a Backend that can tell whether its store keeps state the way
+// the invariants need (a Redis server whose eviction policy may drop keys
+// does not). NewSession calls Check and refuses to start on its error.
+type Checker interface {
+	Check(ctx context.Context) error
 }
 
 // KeyState is one key's limit, holders and waiters.

@@ -10,6 +10,7 @@ import (
 var (
 	// ErrInvalid is wrapped by every rejection of malformed input: an empty
 	// key, a negative limit, an unprintable entry id, a bad option value.
+	// Validation errors are *InvalidError values, which name the field.
 	ErrInvalid = errors.New("lanes: invalid")
 
 	// ErrCanceled is returned by a wait whose context was cancelled. The error
@@ -28,8 +29,14 @@ var (
 	ErrLeaseLost = errors.New("lanes: lease lost")
 
 	// ErrNotHolder is returned when releasing an entry the backend does not
-	// hold (it expired, or someone released it by force).
+	// hold (it expired, or someone released it by force), and for a
+	// request whose id another owner holds.
 	ErrNotHolder = errors.New("lanes: not the holder")
+
+	// ErrIDConflict is wrapped by an *IDConflictError: an entry id that
+	// exists with other lanes or another lineage than the request names
+	// (DESIGN.md invariant 8). Nothing was enqueued for that request.
+	ErrIDConflict = errors.New("lanes: entry id names another request")
 
 	// ErrLimitMismatch is wrapped by a *LimitMismatchError: a request named a
 	// limit for a key that differs from the one recorded while the key has
@@ -65,3 +72,48 @@ func (e *LimitMismatchError) Error() string {
 
 // Is reports whether target is ErrLimitMismatch.
 func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
+
+// InvalidError is a rejection of malformed input. errors.Is(err, ErrInvalid)
+// reports true for it.
+type InvalidError struct {
+	Field  string // what is at fault: "key", "limit", "id", "ttl", "namespace", "lineage", "step"...
+	Detail string // the problem in one sentence, naming the value
+}
+
+func (e *InvalidError) Error() string { return "lanes: invalid " + e.Field + ": " + e.Detail }
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// invalid returns an *InvalidError for field.
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// IDConflictError reports a request whose entry id exists with other lanes
+// or another lineage: an entry id names one request, never two. errors.Is(err,
+// ErrIDConflict) reports true for it.
+type IDConflictError struct {
+	ID string
+}
+
+func (e *IDConflictError) Error() string {
+	return fmt.Sprintf("lanes: entry id %s names another request (other lanes or another lineage); an entry id names one request", e.ID)
+}
+
+// Is reports whether target is ErrIDConflict.
+func (e *IDConflictError) Is(target error) bool { return target == ErrIDConflict }
+
+// LockCycleError reports a request that would close a wait-for cycle
+// through nested calls (DESIGN.md invariant 11): it was not enqueued.
+// errors.Is(err, ErrLockCycle) reports true for it.
+type LockCycleError struct {
+	Entries []string // the entries of the cycle, from the refused request on
+	Keys    []string // the keys they wait for
+	Path    string   // the cycle in words: "a waits for key k held by b; ..."
+}
+
+func (e *LockCycleError) Error() string { return "lanes: lock cycle: " + e.Path }
+
+// Is reports whether target is ErrLockCycle.
+func (e *LockCycleError) Is(target error) bool { return target == ErrLockCycle }

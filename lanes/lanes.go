@@ -16,43 +16,68 @@ package lanes
 import (
 	"crypto/rand"
 	"encoding/base32"
-	"fmt"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
 
-// Bounds on what a Request may name. They keep one entry small in a shared
-// backend and make a malformed request fail before it reaches one.
+// Bounds on what a Request may name, and on one step. They keep one entry
+// small in a shared backend and make a malformed request fail before it
+// reaches one. The Redis scripts enforce the same bounds (lib.lua; a test
+// compares the two), since they are the protocol other languages speak.
 const (
 	MaxKeyLen   = 512     // bytes in a lane key
-	MaxIDLen    = 256     // bytes in an entry id
+	MaxIDLen    = 256     // bytes in an entry or owner id
 	MaxLanes    = 64      // lanes in one request
 	MaxLimit    = 1 << 30 // holders one lane may allow
 	MaxLineage  = 64      // ancestors in one request's lineage
-	MaxFieldLen = 256     // bytes in CallID, Tool or Tenant
+	MaxFieldLen = 256     // bytes in CallID, Tool, Tenant or an owner's host
 
 	// MaxStepRequests and MaxStepLanes bound one Enqueue step, so that no
 	// step keeps a shared backend (a Redis server runs one script at a
 	// time) busy for long. Heartbeat and Release steps take at most
-	// MaxStepRequests ids; a Session splits its own into several.
+	// MaxStepRequests ids. A Session sends its own steps in smaller pieces.
 	MaxStepRequests = 1000
 	MaxStepLanes    = 4096
+
+	// MaxTTL bounds a lease TTL: a backend that lost part of its state
+	// waits at most this long before it grants again.
+	MaxTTL = time.Hour
+
+	// MaxCycleVisits bounds the entries one lock-cycle search looks into
+	// (DESIGN.md invariants 11 and 14): a cycle that only a longer search
+	// would find is not refused, and its waits end by their own timeouts.
+	MaxCycleVisits = 200
 )
 
 // ValidateStep reports whether reqs can be one Enqueue step: at most
-// MaxStepRequests requests naming at most MaxStepLanes lanes in all. Its
-// error wraps ErrInvalid.
+// MaxStepRequests requests with distinct ids naming at most MaxStepLanes
+// lanes in all. Its error is an *InvalidError.
 func ValidateStep(reqs []Request) error {
 	if len(reqs) > MaxStepRequests {
-		return fmt.Errorf("%w: %d requests in one step, more than %d", ErrInvalid, len(reqs), MaxStepRequests)
+		return invalid("step", "%d requests in one step, more than %d", len(reqs), MaxStepRequests)
 	}
 	n := 0
+	ids := make(map[string]bool, len(reqs))
 	for _, r := range reqs {
 		n += len(r.Lanes)
+		if ids[r.ID] {
+			return invalid("id", "entry id %s appears twice in one step", r.ID)
+		}
+		ids[r.ID] = true
 	}
 	if n > MaxStepLanes {
-		return fmt.Errorf("%w: %d lanes in one step, more than %d", ErrInvalid, n, MaxStepLanes)
+		return invalid("step", "%d lanes in one step, more than %d", n, MaxStepLanes)
+	}
+	return nil
+}
+
+// ValidateTTL reports whether d can be a lease TTL: a whole number of
+// milliseconds from 1ms to MaxTTL. Its error is an *InvalidError.
+func ValidateTTL(d time.Duration) error {
+	if d < time.Millisecond || d > MaxTTL || d%time.Millisecond != 0 {
+		return invalid("ttl", "TTL %v must be a whole number of milliseconds from 1ms to %v", d, MaxTTL)
 	}
 	return nil
 }
@@ -68,9 +93,12 @@ type Lane struct {
 
 // Request asks for every lane it names at once.
 type Request struct {
-	// ID is the entry id. Enqueueing an ID that already exists returns that
-	// entry's state and keeps its place (DESIGN.md invariant 8). Empty means
-	// the Session picks a random one. Printable, no spaces, 1 to MaxIDLen bytes.
+	// ID is the entry id: it names this one request. Enqueueing an ID that
+	// exists with the same lanes and lineage returns that entry's state and
+	// keeps its place; with other lanes or another lineage it is refused
+	// with an *IDConflictError (DESIGN.md invariant 8). Empty means the
+	// Session picks a random one. 1 to MaxIDLen bytes of printable ASCII
+	// without spaces.
 	ID string
 
 	// Lanes are the keys to hold, each with its limit. A key may appear once.
@@ -95,14 +123,17 @@ type Owner struct {
 	PID  int
 }
 
-// Validate reports whether r can be enqueued. Its error wraps ErrInvalid and
-// names the field at fault.
+// Validate reports whether r can be enqueued: a valid id, at most MaxLanes
+// lanes with valid keys named once each and limits from 0 to MaxLimit, a
+// lineage of at most MaxLineage valid ids without r's own, and CallID, Tool
+// and Tenant of at most MaxFieldLen bytes of UTF-8 without control
+// characters. Its error is an *InvalidError naming the field at fault.
 func (r Request) Validate() error {
-	if err := validateID("entry id", r.ID); err != nil {
+	if err := ValidateEntryID(r.ID); err != nil {
 		return err
 	}
 	if len(r.Lanes) > MaxLanes {
-		return fmt.Errorf("%w: entry %s names %d lanes, more than %d", ErrInvalid, r.ID, len(r.Lanes), MaxLanes)
+		return invalid("lanes", "entry %s names %d lanes, more than %d", r.ID, len(r.Lanes), MaxLanes)
 	}
 	seen := make(map[string]bool, len(r.Lanes))
 	for _, l := range r.Lanes {
@@ -110,24 +141,27 @@ func (r Request) Validate() error {
 			return err
 		}
 		if l.Limit < 0 || l.Limit > MaxLimit {
-			return fmt.Errorf("%w: key %q: limit %d is out of range 0..%d", ErrInvalid, l.Key, l.Limit, MaxLimit)
+			return invalid("limit", "key %q: limit %d is out of range 0..%d", l.Key, l.Limit, MaxLimit)
 		}
 		if seen[l.Key] {
-			return fmt.Errorf("%w: entry %s names key %q twice", ErrInvalid, r.ID, l.Key)
+			return invalid("key", "entry %s names key %q twice", r.ID, l.Key)
 		}
 		seen[l.Key] = true
 	}
 	if len(r.Lineage) > MaxLineage {
-		return fmt.Errorf("%w: entry %s has a lineage of %d, more than %d", ErrInvalid, r.ID, len(r.Lineage), MaxLineage)
+		return invalid("lineage", "entry %s has a lineage of %d, more than %d", r.ID, len(r.Lineage), MaxLineage)
 	}
 	for _, a := range r.Lineage {
-		if err := validateID("lineage entry id", a); err != nil {
+		if err := validateID("lineage", "lineage entry id", a); err != nil {
 			return err
 		}
+		if a == r.ID {
+			return invalid("lineage", "entry %s names itself in its lineage", r.ID)
+		}
 	}
-	for name, v := range map[string]string{"call id": r.CallID, "tool": r.Tool, "tenant": r.Tenant} {
-		if len(v) > MaxFieldLen || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) {
-			return fmt.Errorf("%w: entry %s: %s must be at most %d bytes of printable UTF-8", ErrInvalid, r.ID, name, MaxFieldLen)
+	for _, f := range [...]struct{ name, v string }{{"call id", r.CallID}, {"tool", r.Tool}, {"tenant", r.Tenant}} {
+		if err := ValidateField(f.name, f.v); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -144,47 +178,72 @@ func (r Request) taken() []Lane {
 	return out
 }
 
-// ValidateKey reports whether key can name a lane. Its error wraps ErrInvalid.
+// ValidateKey reports whether key can name a lane: 1 to MaxKeyLen bytes of
+// UTF-8 without control characters. Its error is an *InvalidError.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalid)
+		return invalid("key", "empty key")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: key %.40q... is %d bytes, more than %d", ErrInvalid, key, len(key), MaxKeyLen)
+		return invalid("key", "key %.40q... is %d bytes, more than %d", key, len(key), MaxKeyLen)
 	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: key %q is not valid UTF-8", ErrInvalid, key)
+		return invalid("key", "key %q is not valid UTF-8", key)
 	case strings.ContainsFunc(key, unicode.IsControl):
-		return fmt.Errorf("%w: key %q contains a control character", ErrInvalid, key)
+		return invalid("key", "key %q contains a control character", key)
 	}
 	return nil
 }
 
-// ValidateEntryID reports whether id can be an entry id: 1 to MaxIDLen bytes
-// of printable UTF-8 without spaces. Its error wraps ErrInvalid.
-func ValidateEntryID(id string) error { return validateID("entry id", id) }
+// ValidateField reports whether v can be a descriptive field (a call id,
+// tool, tenant or host) named name: at most MaxFieldLen bytes of UTF-8
+// without control characters. Its error is an *InvalidError.
+func ValidateField(name, v string) error {
+	if len(v) > MaxFieldLen || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) {
+		return invalid(name, "%s %.40q must be at most %d bytes of UTF-8 without control characters", name, v, MaxFieldLen)
+	}
+	return nil
+}
 
-func validateID(what, id string) error {
+// ValidateEntryID reports whether id can be an entry or owner id: 1 to
+// MaxIDLen bytes of printable ASCII without spaces. Its error is an
+// *InvalidError.
+func ValidateEntryID(id string) error { return validateID("id", "entry id", id) }
+
+func validateID(field, what, id string) error {
 	switch {
 	case id == "":
-		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+		return invalid(field, "empty %s", what)
 	case len(id) > MaxIDLen:
-		return fmt.Errorf("%w: %s %.40q... is %d bytes, more than %d", ErrInvalid, what, id, len(id), MaxIDLen)
-	case !utf8.ValidString(id) || strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) }):
-		return fmt.Errorf("%w: %s %q must be printable UTF-8 without spaces", ErrInvalid, what, id)
+		return invalid(field, "%s %.40q... is %d bytes, more than %d", what, id, len(id), MaxIDLen)
+	case !printableASCII(id, ""):
+		return invalid(field, "%s %q must be printable ASCII without spaces", what, id)
 	}
 	return nil
 }
 
-// ValidateNamespace reports whether ns can name a namespace: 1 to 128 bytes of
-// printable UTF-8 without spaces or braces (a backend may put it in a Redis
-// Cluster hash tag). Its error wraps ErrInvalid.
+// printableASCII reports whether s holds only bytes from '!' to '~', none
+// of them in except.
+func printableASCII(s, except string) bool {
+	for i := 0; i < len(s); i++ {
+		if b := s[i]; b <= ' ' || b > '~' || strings.IndexByte(except, b) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidateNamespace reports whether ns can name a namespace: 1 to 128 bytes
+// of printable ASCII without spaces or braces (a backend may put it in a
+// Redis Cluster hash tag). Its error is an *InvalidError.
 func ValidateNamespace(ns string) error {
-	if ns == "" || len(ns) > 128 || !utf8.ValidString(ns) ||
-		strings.ContainsFunc(ns, func(r rune) bool { return !unicode.IsGraphic(r) || unicode.IsSpace(r) || r == '{' || r == '}' }) {
-		return fmt.Errorf("%w: namespace %q must be 1 to 128 bytes of printable UTF-8 without spaces or braces", ErrInvalid, ns)
+	if ns == "" || len(ns) > MaxNamespaceLen || !printableASCII(ns, "{}") {
+		return invalid("namespace", "namespace %.40q must be 1 to %d bytes of printable ASCII without spaces or braces", ns, MaxNamespaceLen)
 	}
 	return nil
 }
+
+// MaxNamespaceLen bounds a namespace, in bytes.
+const MaxNamespaceLen = 128
 
 // NewID returns a random id for an entry, an owner or a run: 20 characters
 // from a-z and 2-7 (base32 of 96 random bits). Short, since an entry id is

@@ -44,17 +44,30 @@ func (t *Ticket) Wait(ctx context.Context) (*Lease, error) {
 	e := t.e
 	select {
 	case <-e.ready:
-		return e.lease, e.err
+		return t.result()
 	default:
 	}
 	select {
 	case <-e.ready:
-		return e.lease, e.err
+		return t.result()
 	case <-ctx.Done():
 		err := t.s.waitError(ctx)
 		t.abandon(ctx, err)
 		return nil, err
 	}
+}
+
+// result is what Wait returns once the entry is ready: a lease is checked
+// against its local deadline first, so a process stopped past it does not
+// take a grant that may have ended meanwhile.
+func (t *Ticket) result() (*Lease, error) {
+	if t.e.lease == nil {
+		return nil, t.e.err
+	}
+	if err := t.e.lease.Err(); err != nil && errors.Is(err, ErrLeaseLost) {
+		return nil, err
+	}
+	return t.e.lease, nil
 }
 
 // Cancel takes the entry out of every queue, or gives back its grant if it
@@ -77,10 +90,14 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 		s.mu.Unlock()
 		return nil
 	}
+	pending := e.pending
 	s.untrack(e)
 	s.endWait(e, err)
 	s.mu.Unlock()
-	_, rerr := s.release(ctx, e.id)
+	if pending {
+		return nil // its Enqueue step settles it
+	}
+	_, _, rerr := s.release(ctx, e.id)
 	return rerr
 }
 
@@ -167,10 +184,13 @@ func (l *Lease) Err() error {
 // context detached from ctx's cancellation (ctx's values are kept), bounded
 // by the Session's release timeout, so a cancelled caller still releases.
 //
-// It returns nil when the backend held the lease; an error wrapping
-// ErrLeaseLost if the lease had been lost; ErrNotHolder if the backend no
-// longer had it; ErrUnavailable if the backend could not be reached (the
-// lease then expires within its TTL). Later calls return the first result.
+// It returns nil when the lease was held until the release: the backend
+// removed it, or no longer had it while its local deadline had not passed
+// (an earlier try of this release, whose reply was lost, removed it). It
+// returns an error wrapping ErrLeaseLost if the lease had been lost;
+// ErrNotHolder if an operator had released it by force; ErrUnavailable if
+// the backend could not be reached within the release timeout (the lease
+// then expires within its TTL). Later calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
 	l.once.Do(func() { l.rerr = l.release(ctx) })
 	return l.rerr
@@ -187,18 +207,21 @@ func (l *Lease) release(ctx context.Context) error {
 		return nil // closed with its Session, which released it
 	}
 	inBackend := !e.finished
+	deadline := e.deadline
 	s.untrack(e)
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
 	if !inBackend {
 		return nil // it took no lane
 	}
-	was, err := s.release(ctx, e.id)
+	was, forced, err := s.release(ctx, e.id)
 	switch {
 	case err != nil:
 		return err
-	case was == Gone:
-		return fmt.Errorf("%w: entry %s was no longer in the backend when released", ErrNotHolder, e.id)
+	case forced:
+		return fmt.Errorf("%w: entry %s was released by force before its holder released it", ErrNotHolder, e.id)
+	case was == Gone && !time.Now().Before(deadline):
+		return fmt.Errorf("%w: entry %s: its local deadline passed before the release", ErrLeaseLost, e.id)
 	}
 	return nil
 }

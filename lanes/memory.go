@@ -15,23 +15,27 @@ import (
 // semantics as the Redis backend (package redislane) and runs the same
 // conformance suite. The zero value is not usable; call NewMemory.
 type Memory struct {
-	now func() time.Time
+	now   func() time.Time
+	epoch string
 
-	mu      sync.Mutex
-	seq     uint64
-	entries map[string]*memEntry
-	queues  map[string][]*memEntry     // per key, in sequence order
-	holders map[string][]*memEntry     // per key, in grant order
-	limits  map[string]int             // recorded while a key has holders or waiters
-	tokens  map[string]uint64          // last token per key; never deleted
-	nested  map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
-	stats   Stats
-	subs    map[string]func([]Hint)
+	mu        sync.Mutex
+	seq       uint64
+	entries   map[string]*memEntry
+	queues    map[string][]*memEntry     // per key, in sequence order
+	holders   map[string][]*memEntry     // per key, in grant order
+	limits    map[string]int             // recorded while a key has holders or waiters
+	tokens    map[string]uint64          // last token per key; never deleted
+	nested    map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
+	borrowers map[string]map[string]bool // lender id -> ids of entries that borrow a key from it
+	settled   map[string]time.Time       // id -> when its Settle tombstone lapses
+	forced    map[string]time.Time       // id -> when the tombstone of its forced release lapses
+	stats     Stats
+	subs      map[string]func([]Hint)
 }
 
 type memEntry struct {
 	Entry
-	seq      uint64
+	seq      uint64 // 0 for an entry granted when it arrived
 	held     bool
 	granted  time.Time
 	deadline time.Time
@@ -54,14 +58,18 @@ func WithClock(now func() time.Time) MemoryOption { return func(m *Memory) { m.n
 // NewMemory returns an empty in-process backend.
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{
-		now:     time.Now,
-		entries: map[string]*memEntry{},
-		queues:  map[string][]*memEntry{},
-		holders: map[string][]*memEntry{},
-		limits:  map[string]int{},
-		tokens:  map[string]uint64{},
-		nested:  map[string]map[string]bool{},
-		subs:    map[string]func([]Hint){},
+		now:       time.Now,
+		epoch:     "memory-" + NewID(),
+		entries:   map[string]*memEntry{},
+		queues:    map[string][]*memEntry{},
+		holders:   map[string][]*memEntry{},
+		limits:    map[string]int{},
+		tokens:    map[string]uint64{},
+		nested:    map[string]map[string]bool{},
+		borrowers: map[string]map[string]bool{},
+		settled:   map[string]time.Time{},
+		forced:    map[string]time.Time{},
+		subs:      map[string]func([]Hint){},
 	}
 	for _, o := range opts {
 		o(m)
@@ -78,10 +86,55 @@ type step struct {
 	told    []ownedHint // entries removed or taken over on someone else's behalf
 }
 
-// hint is one entry id to tell its (former) owner about.
+// ownedHint is one hint to give an owner.
 type ownedHint struct {
 	owner string
 	Hint
+}
+
+// ValidateEnqueue checks what every Backend checks before an Enqueue step:
+// the step's bounds, each request, that each names at least one lane and
+// none with limit 0, the TTL and the owner. Its error is an *InvalidError.
+func ValidateEnqueue(owner Owner, ttl time.Duration, reqs []Request) error {
+	if err := ValidateStep(reqs); err != nil {
+		return err
+	}
+	if err := ValidateTTL(ttl.Truncate(time.Millisecond)); err != nil {
+		return err
+	}
+	if err := ValidateOwner(owner); err != nil {
+		return err
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		if len(r.Lanes) == 0 {
+			return invalid("lanes", "entry %s names no lane; a backend takes requests with at least one", r.ID)
+		}
+		for _, l := range r.Lanes {
+			if l.Limit == 0 {
+				return invalid("limit", "key %q: a backend takes no lane with limit 0", l.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// ValidateOwner reports whether o can own entries: a valid id (as an entry
+// id), a host of at most MaxFieldLen bytes of UTF-8 without control
+// characters, and a pid from 0 to 2^32-1. Its error is an *InvalidError.
+func ValidateOwner(o Owner) error {
+	if err := validateID("owner", "owner id", o.ID); err != nil {
+		return err
+	}
+	if err := ValidateField("host", o.Host); err != nil {
+		return err
+	}
+	if o.PID < 0 || int64(o.PID) > 1<<32-1 {
+		return invalid("pid", "pid %d is out of range 0..2^32-1", o.PID)
+	}
+	return nil
 }
 
 // Enqueue implements Backend.
@@ -89,28 +142,12 @@ func (m *Memory) Enqueue(ctx context.Context, owner Owner, ttl time.Duration, re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := ValidateStep(reqs); err != nil {
+	if err := ValidateEnqueue(owner, ttl, reqs); err != nil {
 		return nil, err
-	}
-	if ttl < time.Millisecond {
-		return nil, fmt.Errorf("%w: TTL %v is under 1ms", ErrInvalid, ttl)
-	}
-	for _, r := range reqs {
-		if err := r.Validate(); err != nil {
-			return nil, err
-		}
-		if len(r.Lanes) == 0 {
-			return nil, fmt.Errorf("%w: entry %s names no lane; a backend takes requests with at least one", ErrInvalid, r.ID)
-		}
-		for _, l := range r.Lanes {
-			if l.Limit == 0 {
-				return nil, fmt.Errorf("%w: key %q: a backend takes no lane with limit 0", ErrInvalid, l.Key)
-			}
-		}
 	}
 	m.mu.Lock()
 	st := m.begin()
-	out, err := st.enqueue(owner, ttl, reqs)
+	out, err := st.enqueue(owner, ttl.Truncate(time.Millisecond), reqs)
 	m.mu.Unlock()
 	st.notify()
 	return out, err
@@ -137,65 +174,122 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 	}
 	out := make([]Status, len(reqs))
 	for i, r := range reqs {
-		e := m.entries[r.ID]
-		if e != nil && e.Owner.ID != owner.ID && e.held {
-			out[i] = Status{ID: r.ID, State: Gone, Err: heldElsewhere(r.ID, e.Owner)}
-			continue
-		}
-		if e != nil {
-			if e.Owner.ID != owner.ID {
-				st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}}) // its old owner learns it is gone
-				e.Owner = owner
-			}
-			e.deadline = st.now.Add(ttl)
-			out[i] = m.status(e, true)
-			continue
-		}
-		m.seq++
-		e = &memEntry{
-			Entry: Entry{
-				ID: r.ID, Owner: owner, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant,
-				Lineage: slices.Clone(r.Lineage), Lanes: slices.Clone(r.Lanes), Enqueued: st.now,
-			},
-			seq:      m.seq,
-			deadline: st.now.Add(ttl),
-			borrowed: map[string]*memEntry{},
-		}
-		m.entries[r.ID] = e
-		for _, a := range e.Lineage {
-			if m.nested[a] == nil {
-				m.nested[a] = map[string]bool{}
-			}
-			m.nested[a][e.ID] = true
-		}
-		for _, l := range r.Lanes {
-			m.limits[l.Key] = l.Limit
-			if h := m.ancestorHolding(e, l.Key); h != nil {
-				e.borrowed[l.Key] = h
-			} else {
-				m.queues[l.Key] = append(m.queues[l.Key], e)
-			}
-		}
-		switch {
-		case m.eligible(e):
-			st.grant(e, false)
-		case len(e.Lineage) > 0:
-			if cerr := m.cycle(e); cerr != nil {
-				touched := map[string]bool{}
-				m.remove(e, touched)
-				st.scan(touched)
-				out[i] = Status{ID: r.ID, State: Gone, Err: cerr}
-				continue
-			}
-		}
-		out[i] = m.status(e, true)
+		out[i] = st.enqueueOne(owner, ttl, r)
+		out[i].Epoch = m.epoch
 	}
 	return out, nil
+}
+
+// enqueueOne places r, or answers for the entry of its id. m.mu is held.
+func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
+	m := st.m
+	if e := m.entries[r.ID]; e != nil {
+		switch {
+		case !sameRequest(e, r):
+			return Status{ID: r.ID, State: Gone, Err: &IDConflictError{ID: r.ID}}
+		case e.Owner.ID != owner.ID && e.held:
+			return Status{ID: r.ID, State: Gone, Err: heldElsewhere(r.ID, e.Owner)}
+		case e.Owner.ID != owner.ID:
+			st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}}) // its old owner learns it is gone
+			e.Owner = owner
+		}
+		e.deadline = st.now.Add(ttl)
+		return m.status(e, true)
+	}
+	if t, ok := m.settled[r.ID]; ok && t.After(st.now) {
+		return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s was released before this enqueue arrived", ErrCanceled, r.ID)}
+	}
+	e := &memEntry{
+		Entry: Entry{
+			ID: r.ID, Owner: owner, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant,
+			Lineage: slices.Clone(r.Lineage), Lanes: slices.Clone(r.Lanes), Enqueued: st.now,
+		},
+		deadline: st.now.Add(ttl),
+		borrowed: map[string]*memEntry{},
+	}
+	var queued []Lane
+	for _, l := range r.Lanes {
+		if h := m.ancestorHolding(e, l.Key); h != nil {
+			e.borrowed[l.Key] = h
+		} else {
+			queued = append(queued, l)
+		}
+	}
+	now := true
+	for _, l := range queued {
+		if len(m.holders[l.Key])+len(m.queues[l.Key]) >= l.Limit {
+			now = false
+			break
+		}
+	}
+	if !now && len(e.Lineage) > 0 {
+		if cerr := m.cycle(e, true); cerr != nil {
+			return Status{ID: r.ID, State: Gone, Err: cerr}
+		}
+	}
+	m.entries[r.ID] = e
+	for _, a := range e.Lineage {
+		link(m.nested, a, e.ID)
+	}
+	for _, a := range e.borrowed {
+		link(m.borrowers, a.ID, e.ID)
+	}
+	for _, l := range r.Lanes {
+		m.limits[l.Key] = l.Limit
+	}
+	if now {
+		st.grant(e, false)
+	} else {
+		m.seq++
+		e.seq = m.seq
+		for _, l := range queued {
+			m.queues[l.Key] = append(m.queues[l.Key], e)
+		}
+	}
+	return m.status(e, true)
+}
+
+// sameRequest reports whether the entry e was made by request r: the same
+// lanes (keys and limits, in any order) and the same lineage.
+func sameRequest(e *memEntry, r Request) bool {
+	if len(e.Lanes) != len(r.Lanes) || !slices.Equal(e.Lineage, r.Lineage) {
+		return false
+	}
+	lim := make(map[string]int, len(e.Lanes))
+	for _, l := range e.Lanes {
+		lim[l.Key] = l.Limit
+	}
+	for _, l := range r.Lanes {
+		if v, ok := lim[l.Key]; !ok || v != l.Limit {
+			return false
+		}
+	}
+	return true
+}
+
+func link(set map[string]map[string]bool, from, to string) {
+	if set[from] == nil {
+		set[from] = map[string]bool{}
+	}
+	set[from][to] = true
+}
+
+func unlink(set map[string]map[string]bool, from, to string) {
+	delete(set[from], to)
+	if len(set[from]) == 0 {
+		delete(set, from)
+	}
 }
 
 // Heartbeat implements Backend.
 func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]Status, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := ValidateIDs(ids); err != nil {
+		return nil, err
+	}
+	if err := ValidateTTL(ttl.Truncate(time.Millisecond)); err != nil {
 		return nil, err
 	}
 	m.mu.Lock()
@@ -204,38 +298,83 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 	for i, id := range ids {
 		e := m.entries[id]
 		if e == nil || e.Owner.ID != owner {
-			out[i] = Status{ID: id, State: Gone}
+			out[i] = Status{ID: id, State: Gone, Epoch: m.epoch}
 			continue
 		}
-		e.deadline = st.now.Add(ttl)
+		e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
 		out[i] = m.status(e, false)
+		out[i].Epoch = m.epoch
 	}
 	m.mu.Unlock()
 	st.notify()
 	return out, nil
 }
 
+// ValidateIDs checks the ids of a Heartbeat, Release or Settle step: at most
+// MaxStepRequests valid entry ids. Its error is an *InvalidError.
+func ValidateIDs(ids []string) error {
+	if len(ids) > MaxStepRequests {
+		return invalid("step", "%d ids in one step, more than %d", len(ids), MaxStepRequests)
+	}
+	for _, id := range ids {
+		if err := ValidateEntryID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Release implements Backend.
 func (m *Memory) Release(ctx context.Context, by string, ids []string) (Released, error) {
+	return m.release(ctx, by, 0, ids)
+}
+
+// Settle implements Backend.
+func (m *Memory) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (Released, error) {
+	if owner == "" {
+		return Released{}, invalid("owner", "settle needs the owner's id")
+	}
+	if lifetime <= 0 || lifetime > MaxTTL {
+		return Released{}, invalid("tombstone", "lifetime %v must be from 1ms to %v", lifetime, MaxTTL)
+	}
+	return m.release(ctx, owner, lifetime, ids)
+}
+
+// release removes the listed entries; with settle above 0, it keeps a
+// tombstone of each id for that long.
+func (m *Memory) release(ctx context.Context, by string, settle time.Duration, ids []string) (Released, error) {
 	if err := ctx.Err(); err != nil {
+		return Released{}, err
+	}
+	if err := ValidateIDs(ids); err != nil {
 		return Released{}, err
 	}
 	m.mu.Lock()
 	st := m.begin()
-	rel := Released{Was: make([]State, len(ids))}
+	rel := Released{Was: make([]State, len(ids)), Forced: make([]bool, len(ids))}
 	touched := map[string]bool{}
 	for i, id := range ids {
 		e := m.entries[id]
-		if e == nil || (by != "" && e.Owner.ID != by) {
-			continue
+		switch {
+		case e != nil && (by == "" || e.Owner.ID == by):
+			rel.Was[i] = Waiting
+			if e.held {
+				rel.Was[i] = Held
+			}
+			st.remove(e, touched)
+			if e.Owner.ID != by {
+				st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}})
+			}
+			if by == "" {
+				m.forced[id] = st.now.Add(MaxTTL)
+			}
+		case by != "":
+			if t, ok := m.forced[id]; ok && t.After(st.now) {
+				rel.Forced[i] = true
+			}
 		}
-		rel.Was[i] = Waiting
-		if e.held {
-			rel.Was[i] = Held
-		}
-		m.remove(e, touched)
-		if e.Owner.ID != by {
-			st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}})
+		if settle > 0 {
+			m.settled[id] = st.now.Add(settle)
 		}
 	}
 	st.scan(touched)
@@ -252,6 +391,11 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	for _, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return nil, err
+		}
+	}
 	m.mu.Lock()
 	st := m.begin()
 	if len(keys) == 0 {
@@ -262,7 +406,7 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 	keys = slices.Clone(keys)
 	sort.Strings(keys)
 	keys = slices.Compact(keys)
-	snap := &Snapshot{Namespace: "memory", Time: st.now, Stats: m.stats}
+	snap := &Snapshot{Namespace: "memory", Time: st.now, Epoch: m.epoch, Stats: m.stats}
 	for _, k := range keys {
 		limit, ok := m.limits[k]
 		if !ok {
@@ -298,35 +442,58 @@ func (m *Memory) Subscribe(ctx context.Context, owner string, hint func([]Hint))
 	}, nil
 }
 
-// begin starts a step: it reads the clock and expires every entry whose
-// deadline passed, granting what that frees. m.mu is held.
+// begin starts a step: it reads the clock, expires every entry whose
+// deadline passed, granting what that frees, and forgets lapsed
+// tombstones. m.mu is held.
 func (m *Memory) begin() *step {
 	st := &step{m: m, now: m.now()}
 	touched := map[string]bool{}
+	var due []*memEntry
 	for _, e := range m.entries {
 		if !e.deadline.After(st.now) {
-			if e.held {
-				m.stats.ExpiredHolders++
-			} else {
-				m.stats.EvictedWaiters++
-			}
-			m.remove(e, touched)
+			due = append(due, e)
 		}
 	}
+	// Holders first, each by deadline then id, as the Lua scripts reap.
+	slices.SortFunc(due, func(a, b *memEntry) int {
+		if a.held != b.held {
+			if a.held {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.ID, b.ID))
+	})
+	for _, e := range due {
+		if m.entries[e.ID] != e {
+			continue // gone with a lender removed before it
+		}
+		if e.held {
+			m.stats.ExpiredHolders++
+		} else {
+			m.stats.EvictedWaiters++
+		}
+		st.remove(e, touched)
+	}
 	st.scan(touched)
+	for _, tombs := range []map[string]time.Time{m.settled, m.forced} {
+		maps.DeleteFunc(tombs, func(_ string, t time.Time) bool { return !t.After(st.now) })
+	}
 	return st
 }
 
-// remove takes e out of the backend and records its keys in touched.
-func (m *Memory) remove(e *memEntry, touched map[string]bool) {
+// remove takes e out of the backend and records its keys in touched. A
+// holder's borrowers lose the keys they borrowed from it: one that holds is
+// removed too (its owner is told), one that waits joins those keys' queues
+// at its own sequence number (DESIGN.md invariant 10).
+func (st *step) remove(e *memEntry, touched map[string]bool) {
+	m := st.m
 	for _, a := range e.Lineage {
-		delete(m.nested[a], e.ID)
-		if len(m.nested[a]) == 0 {
-			delete(m.nested, a)
-		}
+		unlink(m.nested, a, e.ID)
 	}
 	for _, l := range e.Lanes {
-		if e.borrowed[l.Key] != nil {
+		if a := e.borrowed[l.Key]; a != nil {
+			unlink(m.borrowers, a.ID, e.ID)
 			continue
 		}
 		if e.held {
@@ -337,18 +504,43 @@ func (m *Memory) remove(e *memEntry, touched map[string]bool) {
 		touched[l.Key] = true
 	}
 	delete(m.entries, e.ID)
+	if !e.held {
+		return
+	}
+	for _, id := range slices.Sorted(maps.Keys(m.borrowers[e.ID])) {
+		b := m.entries[id]
+		if b == nil {
+			continue
+		}
+		if b.held {
+			m.stats.Revoked++
+			st.told = append(st.told, ownedHint{b.Owner.ID, Hint{ID: b.ID}})
+			st.remove(b, touched)
+			continue
+		}
+		for _, l := range b.Lanes {
+			if b.borrowed[l.Key] == e {
+				delete(b.borrowed, l.Key)
+				m.enqueueAt(l.Key, b)
+				touched[l.Key] = true
+			}
+		}
+	}
+	delete(m.borrowers, e.ID)
+}
+
+// enqueueAt puts the waiting entry e in key's queue at its sequence number.
+func (m *Memory) enqueueAt(key string, e *memEntry) {
+	q := m.queues[key]
+	at, _ := slices.BinarySearchFunc(q, e.seq, func(x *memEntry, seq uint64) int { return cmp.Compare(x.seq, seq) })
+	m.queues[key] = slices.Insert(q, at, e)
 }
 
 // scan grants, on each touched key, the queued entries that became eligible,
 // and forgets the limit of keys left with neither holders nor waiters.
 func (st *step) scan(touched map[string]bool) {
 	m := st.m
-	keys := make([]string, 0, len(touched))
-	for k := range touched {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // a fixed order, as the Lua scripts use
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(touched)) { // a fixed order, as the Lua scripts use
 		room := m.limits[k] - len(m.holders[k])
 		// The first `room` waiters satisfy this key's bound whatever happens
 		// to the others: a grant moves one entry from "ahead" to "holding".
@@ -367,23 +559,15 @@ func (st *step) scan(touched map[string]bool) {
 }
 
 // eligible reports whether the waiting entry e may hold every key it named:
-// on each, its holders plus the entries queued before e are fewer than the
-// limit (DESIGN.md invariant 2). A key e borrows from an ancestor needs no
-// room while the ancestor still holds it; once the ancestor let go, e joins
-// that key's queue at its own sequence number and waits like anyone.
+// on each key it queues for, its holders plus the entries queued before e
+// are fewer than the limit (DESIGN.md invariant 2).
 func (m *Memory) eligible(e *memEntry) bool {
 	for _, l := range e.Lanes {
-		if a := e.borrowed[l.Key]; a != nil {
-			if m.entries[a.ID] == a && a.held {
-				continue
-			}
-			delete(e.borrowed, l.Key)
-			q := m.queues[l.Key]
-			at, _ := slices.BinarySearchFunc(q, e.seq, func(x *memEntry, seq uint64) int { return cmp.Compare(x.seq, seq) })
-			m.queues[l.Key] = slices.Insert(q, at, e)
+		if e.borrowed[l.Key] != nil {
+			continue
 		}
 		ahead := slices.Index(m.queues[l.Key], e)
-		if len(m.holders[l.Key])+ahead >= m.limits[l.Key] {
+		if len(m.holders[l.Key])+ahead >= l.Limit {
 			return false
 		}
 	}
@@ -397,7 +581,7 @@ func (st *step) grant(e *memEntry, notify bool) {
 	e.tokens = make(map[string]uint64, len(e.Lanes))
 	for _, l := range e.Lanes {
 		if a := e.borrowed[l.Key]; a != nil {
-			e.tokens[l.Key] = a.tokens[l.Key] // the ancestor's slot and token
+			e.tokens[l.Key] = a.tokens[l.Key] // the lender's slot and token
 			continue
 		}
 		m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
@@ -420,10 +604,7 @@ func (m *Memory) status(e *memEntry, positions bool) Status {
 	s := Status{ID: e.ID, State: Waiting, Seq: e.seq}
 	if e.held {
 		s.State = Held
-		s.Tokens = make(map[string]uint64, len(e.tokens))
-		for k, t := range e.tokens {
-			s.Tokens[k] = t
-		}
+		s.Tokens = maps.Clone(e.tokens)
 		return s
 	}
 	if positions {

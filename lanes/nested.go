@@ -2,23 +2,10 @@ package lanes
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
-
-// LockCycleError reports a request that would close a wait-for cycle
-// through nested calls (DESIGN.md invariant 11): it was not enqueued.
-// errors.Is(err, ErrLockCycle) reports true for it.
-type LockCycleError struct {
-	Entries []string // the entries of the cycle, from the refused request on
-	Keys    []string // the keys they wait for
-	Path    string   // the cycle in words: "a waits for key k held by b; ..."
-}
-
-func (e *LockCycleError) Error() string { return "lanes: lock cycle: " + e.Path }
-
-// Is reports whether target is ErrLockCycle.
-func (e *LockCycleError) Is(target error) bool { return target == ErrLockCycle }
 
 // ancestorHolding returns the nearest ancestor of e that holds key in its
 // own right (not by re-entry), or nil.
@@ -35,100 +22,117 @@ func (m *Memory) ancestorHolding(e *memEntry, key string) *memEntry {
 
 // edge is one wait-for relation: its source waits for to.
 type edge struct {
-	to   *memEntry
-	kind byte   // 'h' a holder of key, 'q' an entry queued before on key, 'n' a nested call
+	to   string
+	kind byte   // 'h' a holder of key, 'q' the entry queued just before on key, 'n' a nested call
 	key  string // "" for a nested call
 }
 
-// waitsFor lists the entries x waits for: the holders of, and the entries
-// queued before it on, each key it is queued on; and, held or waiting, the
-// nested calls started under it, which it cannot finish before.
-func (m *Memory) waitsFor(x *memEntry) []edge {
+// waitsFor lists what x waits for, exactly as waits_for in enqueue.lua: on
+// each key it is queued on, in the order it names them, the holders (by
+// id) and the entry queued just before it (the last one for a new request,
+// which is behind them all); then, for a stored entry, the nested calls
+// started under it (by id), which it cannot finish before. Waiting for the
+// entry just ahead reaches every entry ahead, through theirs.
+func (m *Memory) waitsFor(x *memEntry, isNew bool) []edge {
 	var out []edge
 	if !x.held {
 		for _, l := range x.Lanes {
 			if x.borrowed[l.Key] != nil {
 				continue
 			}
+			hs := make([]string, 0, len(m.holders[l.Key]))
 			for _, h := range m.holders[l.Key] {
+				hs = append(hs, h.ID)
+			}
+			slices.Sort(hs)
+			for _, h := range hs[:min(len(hs), MaxCycleVisits)] {
 				out = append(out, edge{h, 'h', l.Key})
 			}
-			for _, w := range m.queues[l.Key] {
-				if w == x {
-					break
-				}
-				out = append(out, edge{w, 'q', l.Key})
+			q := m.queues[l.Key]
+			at := len(q)
+			if !isNew {
+				at = slices.Index(q, x)
+			}
+			if at > 0 {
+				out = append(out, edge{q[at-1].ID, 'q', l.Key})
 			}
 		}
 	}
-	kids := make([]string, 0, len(m.nested[x.ID]))
-	for id := range m.nested[x.ID] {
-		kids = append(kids, id)
-	}
-	slices.Sort(kids)
-	for _, id := range kids {
-		if c := m.entries[id]; c != nil {
-			out = append(out, edge{c, 'n', ""})
+	if !isNew {
+		kids := slices.Sorted(maps.Keys(m.nested[x.ID]))
+		for _, id := range kids[:min(len(kids), MaxCycleVisits)] {
+			out = append(out, edge{id, 'n', ""})
 		}
 	}
 	return out
 }
 
-// cycleMax bounds the entries one cycle search visits, as in lib.lua.
-const cycleMax = 10000
-
-// cycle returns a *LockCycleError when the waiting entry r, through what it
-// waits for, waits for one of its own ancestors, which wait for r: a
-// breadth-first search, so the shortest such cycle is named.
-func (m *Memory) cycle(r *memEntry) error {
+// cycle returns a *LockCycleError when the waiting entry r (isNew: not yet
+// stored), through what it waits for, waits for one of its own ancestors,
+// which wait for r. The search is breadth first, so the shortest such cycle
+// found is named, and looks into at most MaxCycleVisits entries, as in
+// enqueue.lua.
+func (m *Memory) cycle(r *memEntry, isNew bool) error {
 	ancestor := map[string]bool{}
 	for _, a := range r.Lineage {
 		ancestor[a] = true
 	}
 	type via struct {
-		from *memEntry
+		from string
 		edge edge
 	}
-	prev := map[*memEntry]via{}
-	seen := map[*memEntry]bool{r: true}
-	for queue := []*memEntry{r}; len(queue) > 0 && len(seen) <= cycleMax; queue = queue[1:] {
-		x := queue[0]
-		for _, ed := range m.waitsFor(x) {
+	prev := map[string]via{}
+	seen := map[string]bool{r.ID: true}
+	visits := 0
+	queue := []*memEntry{r}
+	for head := 0; head < len(queue); head++ {
+		x := queue[head]
+		for _, ed := range m.waitsFor(x, isNew && x == r) {
 			if seen[ed.to] {
 				continue
 			}
 			seen[ed.to] = true
-			prev[ed.to] = via{x, ed}
-			if !ancestor[ed.to.ID] {
-				queue = append(queue, ed.to)
-				continue
+			prev[ed.to] = via{x.ID, ed}
+			if ancestor[ed.to] {
+				return cycleError(r.ID, ed.to, func(y string) (string, edge) { return prev[y].from, prev[y].edge })
 			}
-			// Walk back from the ancestor to r, then close the circle.
-			var steps []edge
-			for y := ed.to; y != r; y = prev[y].from {
-				steps = append(steps, prev[y].edge)
-			}
-			slices.Reverse(steps)
-			err := &LockCycleError{Entries: []string{r.ID}}
-			var words []string
-			from := r
-			for _, s := range steps {
-				words = append(words, waitWords(from.ID, s.kind, s.key, s.to.ID))
-				err.Entries = append(err.Entries, s.to.ID)
-				if s.key != "" {
-					err.Keys = append(err.Keys, s.key)
+			if visits < MaxCycleVisits {
+				visits++
+				if y := m.entries[ed.to]; y != nil {
+					queue = append(queue, y)
 				}
-				from = s.to
 			}
-			words = append(words, waitWords(from.ID, 'n', "", r.ID))
-			err.Path = strings.Join(words, "; ")
-			return err
 		}
 	}
 	return nil
 }
 
-// waitWords says one edge of a cycle, in the words of lib.lua.
+// cycleError walks back from the ancestor found to r and closes the circle.
+func cycleError(r, found string, prev func(string) (string, edge)) error {
+	var steps []edge
+	for y := found; y != r; {
+		from, ed := prev(y)
+		steps = append(steps, ed)
+		y = from
+	}
+	slices.Reverse(steps)
+	err := &LockCycleError{Entries: []string{r}}
+	var words []string
+	from := r
+	for _, s := range steps {
+		words = append(words, waitWords(from, s.kind, s.key, s.to))
+		err.Entries = append(err.Entries, s.to)
+		if s.key != "" {
+			err.Keys = append(err.Keys, s.key)
+		}
+		from = s.to
+	}
+	words = append(words, waitWords(from, 'n', "", r))
+	err.Path = strings.Join(words, "; ")
+	return err
+}
+
+// waitWords says one edge of a cycle, in the words of enqueue.lua.
 func waitWords(from string, kind byte, key, to string) string {
 	switch kind {
 	case 'n':

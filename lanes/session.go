@@ -18,6 +18,14 @@ const (
 	DefaultReleaseTimeout = 5 * time.Second  // bound on a release step
 )
 
+// The pieces a Session sends its steps in: small enough that one script
+// holds a Redis server for a few milliseconds (DESIGN.md invariant 14).
+const (
+	enqueuePiece = 250 // requests per Enqueue step
+	beatPiece    = 200 // ids per Heartbeat step
+	releasePiece = 500 // ids per Release or Settle step
+)
+
 // Session is one process's part in the lanes of a Backend: it enqueues
 // requests as one Owner, keeps every entry it owns alive with one batched
 // heartbeat, turns grants into Leases and tells a Lease's holder when it is
@@ -37,6 +45,8 @@ type Session struct {
 	mu       sync.Mutex
 	entries  map[string]*entry // waiters and holders kept alive
 	hinted   map[string]bool   // waiters a hint named since the last beat
+	pollAll  bool              // a hint asked about every entry
+	epoch    string            // the backend state's epoch, as last seen
 	lastErr  error             // the last heartbeat's error; nil after a success
 	inflight time.Time         // when the heartbeat now in flight was sent; zero when none
 	closed   bool
@@ -59,8 +69,9 @@ type entry struct {
 	finished bool   // no longer kept alive by this Session
 	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
 	seq      uint64 // its sequence number in the backend, once known
+	epoch    string // the backend state's epoch it was enqueued in
 	ctx      context.Context
-	queued   time.Time  // when its Enqueue step was sent
+	queued   time.Time  // when its Enqueue step was first sent
 	span     trace.Span // its wait
 }
 
@@ -68,12 +79,16 @@ type entry struct {
 type Option func(*Session) error
 
 // WithTTL sets the lease TTL: how long the backend keeps an entry (a holder's
-// slots, a waiter's place) after the last heartbeat that reached it. Default
-// DefaultTTL. The heartbeat interval defaults to a third of it.
+// slots, a waiter's place) after the last heartbeat that reached it; 3ms to
+// MaxTTL, in whole milliseconds. Default DefaultTTL. The heartbeat interval
+// defaults to a third of it.
 func WithTTL(d time.Duration) Option {
 	return func(s *Session) error {
 		if d < 3*time.Millisecond {
-			return fmt.Errorf("%w: TTL %v is shorter than 3ms", ErrInvalid, d)
+			return invalid("ttl", "TTL %v is shorter than 3ms", d)
+		}
+		if err := ValidateTTL(d); err != nil {
+			return err
 		}
 		s.ttl = d
 		return nil
@@ -85,7 +100,7 @@ func WithTTL(d time.Duration) Option {
 func WithHeartbeat(d time.Duration) Option {
 	return func(s *Session) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: heartbeat interval %v must be positive", ErrInvalid, d)
+			return invalid("heartbeat", "heartbeat interval %v must be positive", d)
 		}
 		s.interval = d
 		return nil
@@ -97,7 +112,7 @@ func WithHeartbeat(d time.Duration) Option {
 func WithOwner(host string, pid int) Option {
 	return func(s *Session) error {
 		s.owner.Host, s.owner.PID = host, pid
-		return nil
+		return ValidateOwner(s.owner)
 	}
 }
 
@@ -106,18 +121,23 @@ func WithOwner(host string, pid int) Option {
 func WithReleaseTimeout(d time.Duration) Option {
 	return func(s *Session) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: release timeout %v must be positive", ErrInvalid, d)
+			return invalid("release timeout", "release timeout %v must be positive", d)
 		}
 		s.releaseTimeout = d
 		return nil
 	}
 }
 
-// NewSession starts a Session on b. ctx bounds the setup (the grant-hint
-// subscription) only. It fails with an error wrapping ErrInvalid for a bad
-// option, or the backend's error (ErrUnavailable) when it cannot subscribe.
+// NewSession starts a Session on b. ctx bounds the setup only: the
+// backend's check (Checker) and the grant-hint subscription. It fails with
+// an *InvalidError for a bad option, the Checker's error (a Redis server
+// that may evict the lanes' keys), or the backend's error (ErrUnavailable)
+// when it cannot subscribe.
 func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error) {
 	host, _ := os.Hostname()
+	if len(host) > MaxFieldLen {
+		host = host[:MaxFieldLen]
+	}
 	s := &Session{
 		b:              b,
 		owner:          Owner{ID: NewID(), Host: host, PID: os.Getpid()},
@@ -140,11 +160,16 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		s.interval = s.ttl / 3
 	}
 	if s.interval > s.ttl/3 {
-		return nil, fmt.Errorf("%w: heartbeat interval %v is more than a third of the TTL %v", ErrInvalid, s.interval, s.ttl)
+		return nil, invalid("heartbeat", "heartbeat interval %v is more than a third of the TTL %v", s.interval, s.ttl)
 	}
 	// The local deadline of a lease ends this much before the backend's could:
 	// room for the renewal's trip and for clocks that run at different rates.
 	s.margin = s.ttl / 10
+	if c, ok := b.(Checker); ok {
+		if err := c.Check(ctx); err != nil {
+			return nil, err
+		}
+	}
 	unsub, err := b.Subscribe(ctx, s.owner.ID, s.hint)
 	if err != nil {
 		return nil, err
@@ -169,9 +194,10 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // On success it returns the Lease, which holds the lanes until Release or
 // until it is lost. On failure it holds nothing and has left every queue; the
 // error wraps ErrCanceled or ErrWaitTimeout (and ctx's error) when ctx ended,
-// ErrInvalid for a malformed request, a *LimitMismatchError, ErrUnavailable
-// when the backend cannot be reached, ErrLeaseLost when the backend evicted
-// the waiting entry, or ErrClosed.
+// an *InvalidError for a malformed request, a *LimitMismatchError, an
+// *IDConflictError, a *LockCycleError, ErrUnavailable when the backend cannot
+// be reached, ErrLeaseLost when the backend evicted the waiting entry, or
+// ErrClosed.
 func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	ts, err := s.Enqueue(ctx, req)
 	if err != nil {
@@ -180,427 +206,237 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	return ts[0].Wait(ctx)
 }
 
-// Enqueue places every request in its lanes' queues in one atomic step, in
-// the order given (DESIGN.md invariant 4), and returns one Ticket per request
-// to wait on. A request with an empty ID gets a random one. ctx bounds the
-// step only.
+// Enqueue places every request in its lanes' queues, in the order given
+// (DESIGN.md invariant 4), and returns one Ticket per request to wait on. A
+// request with an empty ID gets a random one. Up to 250 requests go in one
+// atomic step; more are sent as several steps, in order. ctx bounds the
+// steps only. A request the backend refused alone (*IDConflictError,
+// *LockCycleError, ErrNotHolder) gets a Ticket whose Wait returns that
+// error.
 //
-// On error nothing is kept alive: a step that reached the backend before the
-// error leaves entries that expire within the TTL, or that a retry with the
-// same ids takes over. The error wraps ErrInvalid, ErrLimitMismatch,
-// ErrUnavailable or ErrClosed.
+// When a step's reply is lost, Enqueue sends the same step again (the ids
+// make it safe) until ctx ends or a TTL has passed. If it still fails, or
+// ctx ends first, it settles what it sent: it releases those ids and leaves
+// tombstones, so that a copy of the step still in flight cannot create
+// entries that nobody keeps alive. On error nothing is kept alive and the
+// error wraps ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
+// ErrWaitTimeout (ctx ended), or ErrClosed.
 func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, error) {
-	ids := map[string]bool{}
+	tickets, send, err := s.prepare(ctx, reqs)
+	if err != nil || len(send) == 0 {
+		return tickets, err
+	}
+	sent := tickets[0].e.queued
+	var inBackend []string // ids that may be in the backend
+	for piece := range slices.Chunk(send, enqueuePiece) {
+		sts, err := s.send(ctx, piece, sent)
+		var inv *InvalidError
+		if err == nil || !(errors.As(err, &inv) || errors.Is(err, ErrLimitMismatch)) {
+			// Only a step refused whole surely changed nothing.
+			for _, r := range piece {
+				inBackend = append(inBackend, r.ID)
+			}
+		}
+		if err != nil {
+			return nil, s.abort(ctx, tickets, inBackend, err)
+		}
+		s.apply(tickets, sts, sent)
+	}
+	return tickets, nil
+}
+
+// prepare validates reqs, names the unnamed, and starts keeping an entry
+// alive for each request that takes a lane. It returns the tickets and the
+// requests to send, with their lanes of limit 0 left out.
+func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Request, error) {
 	var send []Request
 	for i := range reqs {
 		if reqs[i].ID == "" {
 			reqs[i].ID = NewID()
 		}
 		if err := reqs[i].Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if ids[reqs[i].ID] {
-			return nil, fmt.Errorf("%w: entry id %s appears twice in one step", ErrInvalid, reqs[i].ID)
-		}
-		ids[reqs[i].ID] = true
 		if r := reqs[i]; len(r.taken()) > 0 {
 			r.Lanes = r.taken()
 			send = append(send, r)
 		}
 	}
-	if err := ValidateStep(send); err != nil {
-		return nil, err
+	if err := ValidateStep(reqs); err != nil {
+		return nil, nil, err
 	}
 
 	values := context.WithoutCancel(ctx) // a lease keeps ctx's values, never its deadline
 	sent := time.Now()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
+	}
+	for _, r := range reqs {
+		if s.entries[r.ID] != nil {
+			return nil, nil, invalid("id", "entry %s is already live in this session", r.ID)
+		}
 	}
 	tickets := make([]*Ticket, len(reqs))
 	for i, r := range reqs {
-		if s.entries[r.ID] != nil {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("%w: entry %s is already live in this session", ErrInvalid, r.ID)
-		}
-		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values}
+		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent}
 		tickets[i] = &Ticket{s: s, e: e}
 		if len(r.taken()) == 0 {
 			// Nothing to take: granted at once, and no backend entry.
 			e.finished = true
 			e.lease = newLease(s, e, nil, values)
 			close(e.ready)
+			continue
 		}
+		e.pending = true
+		e.span = s.tel.startWait(ctx, r)
+		s.track(e, sent)
 	}
-	for i, t := range tickets {
-		if !t.e.finished {
-			t.e.pending = true
-			t.e.queued = sent
-			t.e.span = s.tel.startWait(ctx, reqs[i])
-			s.track(t.e, sent)
-		}
-	}
-	s.mu.Unlock()
-	if len(send) == 0 {
-		return tickets, nil
-	}
+	return tickets, send, nil
+}
 
-	sts, err := s.b.Enqueue(ctx, s.owner, s.ttl, send)
-	if err == nil && len(sts) != len(send) {
-		err = fmt.Errorf("%w: backend answered %d statuses for %d requests", ErrUnavailable, len(sts), len(send))
-	}
-	s.mu.Lock()
-	if err != nil {
-		var sentIDs []string
-		for _, t := range tickets {
-			if !t.e.finished {
-				s.untrack(t.e)
-				endSpan(t.e.span, "error", err)
-				sentIDs = append(sentIDs, t.e.id)
-			}
+// send runs one Enqueue step. A step whose outcome is unknown (the backend
+// could not be reached, or its reply was lost) is sent again with the same
+// ids, with a growing pause, until ctx ends or a TTL after the first send.
+func (s *Session) send(ctx context.Context, reqs []Request, first time.Time) ([]Status, error) {
+	for pause := time.Millisecond; ; pause = min(2*pause, s.interval) {
+		sts, err := s.b.Enqueue(ctx, s.owner, s.ttl, reqs)
+		if err == nil && len(sts) != len(reqs) {
+			err = fmt.Errorf("%w: backend answered %d statuses for %d requests", ErrUnavailable, len(sts), len(reqs))
 		}
-		s.mu.Unlock()
-		if ctx.Err() == nil {
+		if err == nil || !errors.Is(err, ErrUnavailable) || ctx.Err() != nil || time.Since(first)+pause > s.ttl-s.margin {
+			return sts, err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
 			return nil, err
 		}
-		// The caller gave up while the step was in flight: whatever it
-		// enqueued leaves at once rather than at the end of its TTL.
-		rctx, cancel := context.WithTimeout(values, s.releaseTimeout)
-		_, _ = s.b.Release(rctx, s.owner.ID, sentIDs)
-		cancel()
-		return nil, s.waitError(ctx)
 	}
-	if s.closed {
-		// Close ran while the step was in flight and may have released the
-		// entries before the step created them: release them again.
-		s.mu.Unlock()
-		rctx, cancel := context.WithTimeout(values, s.releaseTimeout)
-		_, _ = s.b.Release(rctx, s.owner.ID, idsOf(send))
-		cancel()
-		return nil, ErrClosed
-	}
-	defer s.mu.Unlock()
-	byID := map[string]*Ticket{}
+}
+
+// apply brings the tickets of one step up to the statuses it returned.
+func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
+	s.mu.Lock()
+	byID := make(map[string]*Ticket, len(tickets))
 	for _, t := range tickets {
 		byID[t.e.id] = t
 	}
-	kick := false
+	kick, abandoned := false, []string(nil)
 	for _, st := range sts {
-		if t := byID[st.ID]; t != nil {
-			t.e.pending = false
-			t.e.seq = st.Seq
-			t.positions = st.Positions
-			if len(st.Positions) > 0 && t.e.span.IsRecording() {
-				far := 0
-				for _, p := range st.Positions {
-					far = max(far, p)
-				}
-				t.e.span.SetAttributes(AttrPosition.Int(far))
-			}
-			s.apply(t.e, st, sent, false)
-			kick = kick || s.hinted[st.ID]
+		t := byID[st.ID]
+		if t == nil {
+			continue
 		}
+		e := t.e
+		if e.finished && st.Err == nil && st.State != Gone {
+			// Its wait ended while the step was in flight (the Session
+			// closed, or its local deadline passed): nobody keeps it alive.
+			abandoned = append(abandoned, e.id)
+			continue
+		}
+		e.pending, e.seq, e.epoch = false, st.Seq, st.Epoch
+		t.positions = st.Positions
+		if len(st.Positions) > 0 && e.span.IsRecording() {
+			far := 0
+			for _, p := range st.Positions {
+				far = max(far, p)
+			}
+			e.span.SetAttributes(AttrPosition.Int(far))
+		}
+		s.applyStatus(e, st, sent, false)
+		kick = kick || s.hinted[st.ID]
+	}
+	s.noteEpoch(sts)
+	s.mu.Unlock()
+	if len(abandoned) > 0 {
+		s.settleLater(abandoned)
 	}
 	if kick { // a hint came before this step's answer
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	return tickets, nil
-}
-
-// track starts keeping e alive. s.mu is held.
-func (s *Session) track(e *entry, sent time.Time) {
-	e.deadline = sent.Add(s.ttl - s.margin)
-	e.timer = time.AfterFunc(time.Until(e.deadline), func() { s.expire(e) })
-	s.entries[e.id] = e
-}
-
-// untrack stops keeping e alive. s.mu is held.
-func (s *Session) untrack(e *entry) {
-	e.finished = true
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	delete(s.entries, e.id)
-	delete(s.hinted, e.id)
-}
-
-// apply brings e up to the Status a step sent at sent returned. Entries only
-// move forward, so a stale Status (Waiting after Held) changes nothing.
-// s.mu is held.
-func (s *Session) apply(e *entry, st Status, sent time.Time, polled bool) {
-	if e.finished {
-		return
-	}
-	if st.Err != nil {
-		s.untrack(e)
-		s.endWait(e, st.Err)
-		return
-	}
-	switch st.State {
-	case Held:
-		if e.lease == nil {
-			s.grant(e, st.Tokens, polled)
-		}
-		s.renew(e, sent)
-	case Waiting:
-		if e.lease == nil {
-			s.renew(e, sent)
-		}
-	case Gone:
-		if e.lease != nil {
-			s.lose(e, fmt.Errorf("%w: entry %s is no longer held by the backend (expired, or released by force)", ErrLeaseLost, e.id))
-		} else {
-			s.fail(e, fmt.Errorf("%w: entry %s was evicted from its queues (expired, released by force, or taken over by another owner)", ErrLeaseLost, e.id))
-		}
+		s.wake()
 	}
 }
 
-// renew moves e's local deadline to TTL minus margin after sent. s.mu is held.
-func (s *Session) renew(e *entry, sent time.Time) {
-	if d := sent.Add(s.ttl - s.margin); d.After(e.deadline) {
-		e.deadline = d
-		e.timer.Reset(time.Until(d))
+// abort ends the waits (and any lease) of tickets after a failed step,
+// settles the ids that may be in the backend, and returns the error
+// Enqueue reports.
+func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []string, err error) error {
+	if ctx.Err() != nil {
+		err = s.waitError(ctx)
 	}
-}
-
-// expire runs when e's local deadline passes without a renewal.
-func (s *Session) expire(e *entry) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.finished || time.Now().Before(e.deadline) {
+	for _, t := range tickets {
+		if e := t.e; !e.finished {
+			s.untrack(e)
+			if e.lease != nil {
+				e.lease.end(err)
+			} else {
+				s.endWait(e, err)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(inBackend) > 0 {
+		s.settleLater(inBackend)
+	}
+	return err
+}
+
+// settleLater settles ids in the background: it releases them and leaves
+// tombstones for twice the TTL, trying again while the backend cannot be
+// reached, for up to twice the TTL (the entries expire within one).
+func (s *Session) settleLater(ids []string) {
+	settle := func() {
+		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*s.ttl+s.releaseTimeout)
+		defer cancel()
+		for piece := range slices.Chunk(ids, releasePiece) {
+			_ = retry(ctx, s.interval, func(ctx context.Context) error {
+				_, err := s.b.Settle(ctx, s.owner.ID, lifetime, piece)
+				return err
+			})
+		}
+	}
+	s.background(settle)
+}
+
+// background runs f on a goroutine that Close waits for; once Close has
+// begun, it runs f at once instead.
+func (s *Session) background(f func()) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		f()
 		return
 	}
-	// Whose fault: a heartbeat that failed to reach the backend, or one
-	// still unanswered while this timer fires on time, means the backend; a
-	// timer that fires well after its time means this process was stopped
-	// or starved.
-	why := "no heartbeat reached the backend within the TTL"
-	unreachable := false
-	switch late := time.Since(e.deadline); {
-	case s.lastErr != nil:
-		why += "; last heartbeat: " + s.lastErr.Error()
-		unreachable = errors.Is(s.lastErr, ErrUnavailable)
-	case late > s.margin:
-		why += fmt.Sprintf(" (this process did not run for %v: stopped or starved)", late.Round(time.Millisecond))
-	case !s.inflight.IsZero():
-		why += fmt.Sprintf("; the heartbeat sent %v ago has no answer", time.Since(s.inflight).Round(time.Millisecond))
-		unreachable = true
-	default:
-		why += " (this process did not renew in time)"
-	}
-	switch {
-	case e.lease != nil:
-		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
-	case unreachable:
-		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrUnavailable, e.id, why))
-	default:
-		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrLeaseLost, e.id, why))
-	}
-}
-
-// grant turns the waiting entry e into a lease. polled says the grant was
-// found by a periodic heartbeat, not at enqueue or after a hint. s.mu is held.
-func (s *Session) grant(e *entry, tokens map[string]uint64, polled bool) {
-	endSpan(e.span, "granted", nil)
-	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeGranted)
-	s.tel.count(s.tel.grants)
-	if polled {
-		s.tel.count(s.tel.polls)
-	}
-	values, span := s.tel.startHold(e.ctx, e.id, tokens)
-	e.lease = newLease(s, e, tokens, values)
-	e.lease.span = span
-	close(e.ready)
-}
-
-// endWait ends the wait of e without a grant, with err. s.mu is held.
-func (s *Session) endWait(e *entry, err error) {
-	e.err = err
-	close(e.ready)
-	if e.span == nil {
-		return
-	}
-	outcome := "error"
-	switch {
-	case errors.Is(err, ErrCanceled):
-		outcome = "cancelled"
-	case errors.Is(err, ErrWaitTimeout):
-		outcome = "timed_out"
-	case errors.Is(err, ErrLeaseLost):
-		outcome = "evicted"
-		s.tel.count(s.tel.evict)
-	case errors.Is(err, ErrClosed):
-		outcome = "closed"
-	}
-	endSpan(e.span, outcome, err)
-	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeFailed)
-}
-
-// lose ends e's lease as lost and gives its slots back in the background, so
-// they pass on before the TTL when the backend is reachable. s.mu is held.
-func (s *Session) lose(e *entry, cause error) {
-	s.untrack(e)
-	e.lease.markLost(cause)
-	s.releaseLater(e.id)
-}
-
-// fail ends the wait of e with err. s.mu is held.
-func (s *Session) fail(e *entry, err error) {
-	s.untrack(e)
-	s.endWait(e, err)
-	s.releaseLater(e.id)
-}
-
-func (s *Session) releaseLater(ids ...string) {
 	s.bg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
-		defer cancel()
-		_, _ = s.b.Release(ctx, s.owner.ID, ids) // best effort: the TTL ends them anyway
+		f()
 	}()
 }
 
-func idsOf(reqs []Request) []string {
-	ids := make([]string, len(reqs))
-	for i, r := range reqs {
-		ids[i] = r.ID
-	}
-	return ids
-}
-
-// release removes id from the backend on a context detached from ctx's
-// cancellation, bounded by the release timeout.
-func (s *Session) release(ctx context.Context, id string) (State, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
-	defer cancel()
-	r, err := s.b.Release(ctx, s.owner.ID, []string{id})
-	if err != nil {
-		return Gone, err
-	}
-	if len(r.Was) != 1 {
-		return Gone, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(r.Was))
-	}
-	return r.Was[0], nil
-}
-
-// hint is the Backend's hint about some entries. A grant of a waiting entry
-// whose sequence number it knows is taken at once: the grant did not move
-// the entry's deadline, so the local one stays right. Any other hint wakes
-// the loop to poll those entries.
-func (s *Session) hint(hints []Hint) {
-	s.mu.Lock()
-	n := 0
-	for _, h := range hints {
-		e := s.entries[h.ID]
-		switch {
-		case e == nil, h.Tokens != nil && e.lease != nil:
-		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq:
-			s.grant(e, h.Tokens, false)
-			if !h.Granted.IsZero() {
-				s.tel.record(s.tel.handoff, seconds(max(time.Since(h.Granted), 0)), outcomeGranted)
-			}
-		default:
-			s.hinted[h.ID] = true
-			n++
+// retry runs step until it succeeds, fails with an error that is not
+// ErrUnavailable, or ctx ends, pausing between tries up to most.
+func retry(ctx context.Context, most time.Duration, step func(context.Context) error) error {
+	for pause := time.Millisecond; ; pause = min(2*pause, most) {
+		err := step(ctx)
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			return err
 		}
-	}
-	s.mu.Unlock()
-	if n > 0 {
 		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// loop renews every entry each interval, and polls hinted ones at once.
-func (s *Session) loop() {
-	defer close(s.done)
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.beat(false)
-		case <-s.kick:
-			s.beat(true)
-		}
-	}
-}
-
-// beat runs one Heartbeat step for every entry, or for the hinted ones.
-func (s *Session) beat(hintedOnly bool) {
-	s.mu.Lock()
-	var ids []string
-	if hintedOnly {
-		for id := range s.hinted {
-			if e := s.entries[id]; e != nil && !e.pending {
-				ids = append(ids, id)
-			}
-		}
-	} else {
-		for id, e := range s.entries {
-			if !e.pending {
-				ids = append(ids, id)
-			}
-		}
-	}
-	for id := range s.hinted {
-		if e := s.entries[id]; e == nil || !e.pending {
-			delete(s.hinted, id)
-		}
-	}
-	s.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	slices.Sort(ids)
-
-	for len(ids) > 0 {
-		n := min(len(ids), MaxStepRequests)
-		s.beatStep(ids[:n], hintedOnly)
-		ids = ids[n:]
-	}
-}
-
-// beatStep runs one Heartbeat step for ids, hinted ones or every one.
-func (s *Session) beatStep(ids []string, hinted bool) {
-	sent := time.Now()
-	s.mu.Lock()
-	s.inflight = sent
-	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
-	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
-	cancel()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.inflight = time.Time{}
-	if err == nil && len(sts) != len(ids) {
-		err = fmt.Errorf("%w: backend answered %d statuses for %d entries", ErrUnavailable, len(sts), len(ids))
-	}
-	s.lastErr = err
-	if err != nil {
-		s.tel.count(s.tel.beatFails)
-		return // the entries' timers report what this costs
-	}
-	for _, st := range sts {
-		if e := s.entries[st.ID]; e != nil {
-			s.apply(e, st, sent, !hinted)
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return err
 		}
 	}
 }
 
 // Close ends the Session: waiters fail with ErrClosed, leases end, every
-// entry is released in one step bounded by the release timeout, and the
-// heartbeat goroutine exits. It returns the release step's error, if any.
+// entry is released in steps bounded by the release timeout, and the
+// heartbeat goroutine exits. It returns the release steps' error, if any.
 // Close is idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
@@ -612,7 +448,9 @@ func (s *Session) Close() error {
 	s.closed = true
 	var ids []string
 	for _, e := range s.entries {
-		ids = append(ids, e.id)
+		if !e.pending { // an entry still in its Enqueue step is settled by it
+			ids = append(ids, e.id)
+		}
 		s.untrack(e)
 		if e.lease != nil {
 			e.lease.end(ErrClosed)
@@ -625,13 +463,13 @@ func (s *Session) Close() error {
 	<-s.done
 	var errs []error
 	slices.Sort(ids)
-	for len(ids) > 0 {
-		n := min(len(ids), MaxStepRequests)
-		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
-		_, err := s.b.Release(ctx, s.owner.ID, ids[:n])
-		cancel()
-		errs = append(errs, err)
-		ids = ids[n:]
+	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
+	defer cancel()
+	for piece := range slices.Chunk(ids, releasePiece) {
+		errs = append(errs, retry(ctx, s.interval, func(ctx context.Context) error {
+			_, err := s.b.Release(ctx, s.owner.ID, piece)
+			return err
+		}))
 	}
 	err := errors.Join(errs...)
 	s.unsubscribe()

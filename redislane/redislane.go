@@ -16,6 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,15 +46,31 @@ var (
 // DefaultPrefix is the first part of every key name: lanes:{ns}:entries.
 const DefaultPrefix = "lanes"
 
+// Protocol is the version of the scripts' protocol (docs/PROTOCOL.md) this
+// package speaks; every script checks it, and the namespace's state records
+// the version that made it.
+const Protocol = "2"
+
+// ErrProtocol reports a script or a namespace of another protocol version
+// than Protocol: a fleet that runs two versions of lanes on one namespace.
+var ErrProtocol = errors.New("redislane: protocol version mismatch")
+
+// ErrEvictable reports a Redis server whose maxmemory-policy may evict the
+// namespace's keys (allkeys-lru, allkeys-lfu, allkeys-random). NewSession
+// refuses it unless the Backend was made WithEvictionAllowed.
+var ErrEvictable = errors.New("redislane: Redis may evict the lanes' keys")
+
 // Backend is a lanes.Backend on Redis for one namespace. It is safe for
 // concurrent use. It uses the client's pool for its steps and, once a
 // Session subscribes, one pub/sub connection, however many entries wait.
 type Backend struct {
-	c      redis.UniversalClient
-	ns     string
-	keys   []string // the nine KEYS of every script, in lib.lua's order
-	wake   string   // prefix of the grant-hint channels
-	tracer otelx.Tracer
+	c        redis.UniversalClient
+	ns       string
+	keys     []string // the ten KEYS of every script, in lib.lua's order
+	wake     string   // prefix of the grant-hint channels; alone, the namespace's channel
+	tracer   otelx.Tracer
+	evictOK  bool // WithEvictionAllowed
+	pageSize int  // entries per inspect.lua page
 
 	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
@@ -87,7 +106,8 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	if err := lanes.ValidateNamespace(ns); err != nil {
 		return nil, err
 	}
-	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, confirms: map[string]chan struct{}{}, tracer: otelx.GlobalTracer(lanes.ScopeName)}
+	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, confirms: map[string]chan struct{}{},
+		tracer: otelx.GlobalTracer(lanes.ScopeName), pageSize: 500}
 	if err := WithPrefix(DefaultPrefix)(b); err != nil {
 		return nil, err
 	}
@@ -99,9 +119,26 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
+// WithEvictionAllowed lets a Session start on a Redis server whose
+// maxmemory-policy may evict keys that carry no TTL (allkeys-lru,
+// allkeys-lfu, allkeys-random). What that risks: when Redis evicts one of
+// the namespace's keys, the next step sees the state incomplete and resets
+// it. Every lease and waiter of the namespace then ends (their owners are
+// told), and nothing is granted until the latest lease that could still be
+// held has run out: a stall of up to the longest TTL in use. With no
+// eviction (noeviction, or a volatile-* policy, which never picks the
+// lanes' keys since they carry no TTL), a full Redis refuses new entries
+// instead, and keeps those it has.
+func WithEvictionAllowed() Option {
+	return func(b *Backend) error {
+		b.evictOK = true
+		return nil
+	}
+}
+
 func keyNames(prefix, ns string) []string {
 	base := prefix + ":{" + ns + "}:"
-	names := []string{"entries", "queue", "holds", "limits", "deadlines", "tokens", "seq", "nested", "stats"}
+	names := []string{"entries", "queue", "holds", "limits", "held", "waiting", "nested", "meta", "tokens", "tombs"}
 	for i, n := range names {
 		names[i] = base + n
 	}
@@ -112,8 +149,9 @@ func keyNames(prefix, ns string) []string {
 func (b *Backend) Namespace() string { return b.ns }
 
 // Keys returns the names of the namespace's Redis keys, in the order the
-// scripts take them; tokens, seq and stats (the sixth, seventh and ninth)
-// are never deleted.
+// scripts take them. The first eight are its state, which lives and dies
+// whole; tokens (the ninth) is never deleted; tombs (the tenth) holds
+// short-lived tombstones.
 func (b *Backend) Keys() []string { return append([]string(nil), b.keys...) }
 
 // wireRequest is one request as enqueue.lua reads it.
@@ -131,25 +169,13 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if err := lanes.ValidateStep(reqs); err != nil {
+	if err := lanes.ValidateEnqueue(o, ttl, reqs); err != nil {
 		return nil, err
-	}
-	if ttl < time.Millisecond {
-		return nil, fmt.Errorf("%w: TTL %v is under 1ms", lanes.ErrInvalid, ttl)
 	}
 	wire := make([]wireRequest, len(reqs))
 	for i, r := range reqs {
-		if err := r.Validate(); err != nil {
-			return nil, err
-		}
-		if len(r.Lanes) == 0 {
-			return nil, fmt.Errorf("%w: entry %s names no lane; a backend takes requests with at least one", lanes.ErrInvalid, r.ID)
-		}
 		w := wireRequest{ID: r.ID, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant, Lineage: r.Lineage}
 		for _, l := range r.Lanes {
-			if l.Limit == 0 {
-				return nil, fmt.Errorf("%w: key %q: a backend takes no lane with limit 0", lanes.ErrInvalid, l.Key)
-			}
 			w.Lanes = append(w.Lanes, []any{l.Key, l.Limit})
 		}
 		wire[i] = w
@@ -158,10 +184,7 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", lanes.ErrInvalid, err)
 	}
-	if err := validateOwner(o); err != nil {
-		return nil, err
-	}
-	v, err := b.run(ctx, enqueueScript, "enqueue", b.wake, ms(ttl), o.ID, o.Host, o.PID, js)
+	v, err := b.run(ctx, enqueueScript, "enqueue", Protocol, b.wake, ttl.Milliseconds(), o.ID, o.Host, o.PID, js)
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
@@ -173,11 +196,14 @@ func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	if len(ids) > lanes.MaxStepRequests || ttl < time.Millisecond {
-		return nil, fmt.Errorf("%w: a heartbeat step takes 1 to %d ids and a TTL of 1ms or more", lanes.ErrInvalid, lanes.MaxStepRequests)
+	if err := lanes.ValidateIDs(ids); err != nil {
+		return nil, err
 	}
-	args := make([]any, 0, len(ids)+3)
-	args = append(args, b.wake, ms(ttl), owner)
+	if err := lanes.ValidateTTL(ttl.Truncate(time.Millisecond)); err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, len(ids)+4)
+	args = append(args, Protocol, b.wake, ttl.Milliseconds(), owner)
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -188,16 +214,37 @@ func (b *Backend) Heartbeat(ctx context.Context, owner string, ttl time.Duration
 	return parseStatuses(v, len(ids))
 }
 
-// Release implements lanes.Backend in one round trip.
+// Release implements lanes.Backend in one round trip. An operator's release
+// (by "") leaves a tombstone for lanes.MaxTTL, by which the owner's own
+// release learns that its entry was released by force.
 func (b *Backend) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
+	var tomb time.Duration
+	if by == "" {
+		tomb = lanes.MaxTTL
+	}
+	return b.release(ctx, by, tomb, ids)
+}
+
+// Settle implements lanes.Backend in one round trip.
+func (b *Backend) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (lanes.Released, error) {
+	if owner == "" {
+		return lanes.Released{}, &lanes.InvalidError{Field: "owner", Detail: "settle needs the owner's id"}
+	}
+	if lifetime < time.Millisecond || lifetime > lanes.MaxTTL {
+		return lanes.Released{}, &lanes.InvalidError{Field: "tombstone", Detail: fmt.Sprintf("lifetime %v must be from 1ms to %v", lifetime, lanes.MaxTTL)}
+	}
+	return b.release(ctx, owner, lifetime, ids)
+}
+
+func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, ids []string) (lanes.Released, error) {
 	if len(ids) == 0 {
 		return lanes.Released{}, nil
 	}
-	if len(ids) > lanes.MaxStepRequests {
-		return lanes.Released{}, fmt.Errorf("%w: a release step takes at most %d ids", lanes.ErrInvalid, lanes.MaxStepRequests)
+	if err := lanes.ValidateIDs(ids); err != nil {
+		return lanes.Released{}, err
 	}
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, b.wake, by)
+	args := make([]any, 0, len(ids)+4)
+	args = append(args, Protocol, b.wake, by, tomb.Milliseconds())
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -208,33 +255,139 @@ func (b *Backend) Release(ctx context.Context, by string, ids []string) (lanes.R
 	return parseReleased(v, len(ids))
 }
 
-// Inspect implements lanes.Backend in one round trip.
+// Inspect implements lanes.Backend. It reads the namespace in pages of a
+// bounded number of entries, each one short script run, so that a large
+// namespace never holds Redis for long; the pages are read at slightly
+// different instants, and Snapshot.Time is the first one's.
 func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, error) {
-	args := make([]any, 0, len(keys)+1)
-	args = append(args, b.wake)
 	for _, k := range keys {
 		if err := lanes.ValidateKey(k); err != nil {
 			return nil, err
 		}
-		args = append(args, k)
 	}
-	v, err := b.run(ctx, inspectScript, "inspect", args...)
-	if err != nil {
-		return nil, b.mapErr(err)
+	if len(keys) == 0 {
+		var err error
+		if keys, err = b.allKeys(ctx); err != nil {
+			return nil, err
+		}
 	}
-	snap, err := parseSnapshot(v)
-	if err != nil {
-		return nil, err
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	var snap *lanes.Snapshot
+	states := map[string]*lanes.KeyState{}
+	cursor := make(map[string]string, len(keys))
+	for first := true; first || len(keys) > 0; first = false {
+		page := keys[:min(len(keys), lanes.MaxStepRequests)]
+		args := make([]any, 0, 3+2*len(page))
+		args = append(args, Protocol, b.wake, b.pageSize)
+		for _, k := range page {
+			args = append(args, k, cursor[k])
+		}
+		v, err := b.run(ctx, inspectScript, "inspect", args...)
+		if err != nil {
+			return nil, b.mapErr(err)
+		}
+		p, err := parsePage(v, len(page))
+		if err != nil {
+			return nil, err
+		}
+		if snap == nil {
+			snap = &p.Snapshot
+			snap.Namespace = b.ns
+		}
+		var left []string
+		for _, ks := range p.keys {
+			if st := states[ks.Key]; st != nil {
+				st.Holders = append(st.Holders, ks.Holders...)
+				for _, w := range ks.Waiters {
+					w.Position = len(st.Waiters) + 1
+					st.Waiters = append(st.Waiters, w)
+				}
+			} else if ks.Limit > 0 {
+				ks := ks.KeyState
+				states[ks.Key] = &ks
+			}
+			switch ks.next {
+			case "":
+			case "\x00":
+				left = append(left, ks.Key)
+			default:
+				cursor[ks.Key] = ks.next
+				left = append(left, ks.Key)
+			}
+		}
+		keys = append(left, keys[len(page):]...)
 	}
-	snap.Namespace = b.ns
+	if snap == nil {
+		snap = &lanes.Snapshot{Namespace: b.ns}
+	}
+	for _, k := range slices.Sorted(maps.Keys(states)) {
+		ks := states[k]
+		sort.SliceStable(ks.Holders, func(i, j int) bool { return ks.Holders[i].Token < ks.Holders[j].Token })
+		snap.Keys = append(snap.Keys, *ks)
+	}
 	return snap, nil
+}
+
+// allKeys lists the keys that have holders or waiters, from the limits
+// hash, in bounded pieces (HSCAN): no script, no atomicity needed.
+func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
+	var keys []string
+	var cursor uint64
+	for {
+		page, next, err := b.c.HScan(ctx, b.keys[3], cursor, "", 1000).Result()
+		if err != nil {
+			return nil, b.mapErr(err)
+		}
+		for i := 0; i+1 < len(page); i += 2 {
+			if page[i] != "\x00" {
+				keys = append(keys, page[i])
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return keys, nil
+		}
+	}
+}
+
+// Check implements lanes.Checker: it refuses, with an error wrapping
+// ErrEvictable, a server whose maxmemory-policy may evict keys that carry
+// no TTL, unless the Backend was made WithEvictionAllowed. A server that
+// does not say (INFO refused or without the field, as miniredis) passes;
+// on a cluster, every primary must pass.
+func (b *Backend) Check(ctx context.Context) error {
+	if b.evictOK {
+		return nil
+	}
+	check := func(ctx context.Context, c redis.UniversalClient) error {
+		info, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			var re redis.Error
+			if errors.As(err, &re) {
+				return nil // INFO refused (ACL, a managed service): cannot tell
+			}
+			return fmt.Errorf("%w: redis namespace %s: %w", lanes.ErrUnavailable, b.ns, err)
+		}
+		for line := range strings.Lines(info) {
+			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && strings.HasPrefix(p, "allkeys-") {
+				return fmt.Errorf("%w: maxmemory-policy is %s, which may evict the keys of namespace %s one at a time; "+
+					"set noeviction (or a volatile-* policy), or pass redislane.WithEvictionAllowed (lanectl: --allow-eviction) knowing what it risks",
+					ErrEvictable, p, b.ns)
+			}
+		}
+		return nil
+	}
+	if cc, ok := b.c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	}
+	return check(ctx, b.c)
 }
 
 // Subscribe implements lanes.Backend. It returns once Redis confirmed the
 // subscription, so no hint published after it returns is missed. All
 // subscriptions of a Backend share one pub/sub connection, which go-redis
-// re-establishes after a cut; hints published meanwhile are lost, and the
-// Session's polling covers them.
+// re-establishes after a cut; hints published meanwhile are lost, so each
+// owner gets a Hint with an empty ID (ask about every entry) once the
+// connection is back, and whenever the namespace's state was reset.
 func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]lanes.Hint)) (func(), error) {
 	ch := b.wake + owner
 	confirmed := make(chan struct{})
@@ -244,7 +397,7 @@ func (b *Backend) Subscribe(ctx context.Context, owner string, hint func([]lanes
 	b.hintsMu.Unlock()
 	b.mu.Lock()
 	if b.ps == nil {
-		b.ps = b.c.Subscribe(context.WithoutCancel(ctx))
+		b.ps = b.c.Subscribe(context.WithoutCancel(ctx), b.wake)
 		msgs := b.ps.ChannelWithSubscriptions()
 		b.reader.Add(1)
 		go b.read(msgs)
@@ -283,16 +436,36 @@ func (b *Backend) forget(ch string) {
 
 func (b *Backend) read(msgs <-chan any) {
 	defer b.reader.Done()
+	everyone := func() {
+		b.hintsMu.RLock()
+		all := slices.Collect(maps.Values(b.hints))
+		b.hintsMu.RUnlock()
+		for _, hint := range all {
+			hint([]lanes.Hint{{}})
+		}
+	}
 	for msg := range msgs {
 		switch m := msg.(type) {
 		case *redis.Subscription:
+			if m.Kind != "subscribe" {
+				continue
+			}
 			b.hintsMu.Lock()
-			if c := b.confirms[m.Channel]; c != nil && m.Kind == "subscribe" {
+			c, first := b.confirms[m.Channel]
+			if first {
 				close(c)
 				delete(b.confirms, m.Channel)
 			}
+			hint := b.hints[m.Channel]
 			b.hintsMu.Unlock()
+			if !first && hint != nil {
+				hint([]lanes.Hint{{}}) // subscribed again after a cut: hints may be lost
+			}
 		case *redis.Message:
+			if m.Channel == b.wake {
+				everyone() // the namespace's state was reset or first made
+				continue
+			}
 			b.hintsMu.RLock()
 			hint := b.hints[m.Channel]
 			b.hintsMu.RUnlock()
@@ -318,19 +491,46 @@ func (b *Backend) Close() error {
 }
 
 // run runs one script on the namespace's keys, in a span when anything
-// receives spans.
+// receives spans. A reply that says the script did not run (BUSY: another
+// script holds the server; TRYAGAIN: a cluster slot is moving; LOADING)
+// is retried with a growing pause until ctx ends: every lanes step is safe
+// to send again.
 func (b *Backend) run(ctx context.Context, s *redis.Script, name string, args ...any) (any, error) {
 	if !b.tracer.On() {
-		return s.Run(ctx, b.c, b.keys, args...).Result()
+		return b.runRetry(ctx, s, args)
 	}
 	ctx, span := b.tracer.Start(ctx, "lanes.redis "+name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDBSystem, attrDBOperation, attrNamespace.String(b.ns), attrScript.String(name)))
 	defer span.End()
-	v, err := s.Run(ctx, b.c, b.keys, args...).Result()
+	v, err := b.runRetry(ctx, s, args)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return v, err
+}
+
+func (b *Backend) runRetry(ctx context.Context, s *redis.Script, args []any) (any, error) {
+	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
+		v, err := s.Run(ctx, b.c, b.keys, args...).Result()
+		if !notRun(err) {
+			return v, err
+		}
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+// notRun reports whether err says Redis did not run the command.
+func notRun(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "BUSY ") || strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "LOADING ")
 }
 
 // Attributes of the script spans.
@@ -350,33 +550,16 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-func ms(d time.Duration) int64 {
-	if d < time.Millisecond {
-		return 1
-	}
-	return d.Milliseconds()
-}
-
-func validateOwner(o lanes.Owner) error {
-	if o.ID == "" || strings.ContainsAny(o.ID, " \t\r\n") || len(o.ID) > lanes.MaxIDLen {
-		return fmt.Errorf("%w: owner id %q must be 1 to %d bytes without spaces", lanes.ErrInvalid, o.ID, lanes.MaxIDLen)
-	}
-	if len(o.Host) > lanes.MaxFieldLen {
-		return fmt.Errorf("%w: owner host is longer than %d bytes", lanes.ErrInvalid, lanes.MaxFieldLen)
-	}
-	return nil
-}
-
 // mapErr turns a script's error into the errors of package lanes: a domain
-// outcome (LANES_<CODE>) into its sentinel, anything else into
+// outcome (LANES_<CODE>) into its error, anything else into
 // ErrUnavailable, keeping the cause in the chain.
 func (b *Backend) mapErr(err error) error {
 	var re redis.Error
 	if errors.As(err, &re) {
 		msg := re.Error()
-		switch {
-		case strings.HasPrefix(msg, "LANES_LIMIT "):
-			f := strings.SplitN(strings.TrimPrefix(msg, "LANES_LIMIT "), " ", 3)
+		switch code, rest, _ := strings.Cut(msg, " "); code {
+		case "LANES_LIMIT":
+			f := strings.SplitN(rest, " ", 3)
 			if len(f) == 3 {
 				rec, err1 := strconv.Atoi(f[0])
 				req, err2 := strconv.Atoi(f[1])
@@ -385,11 +568,16 @@ func (b *Backend) mapErr(err error) error {
 				}
 			}
 			return fmt.Errorf("%w: %s", lanes.ErrLimitMismatch, msg)
-		case strings.HasPrefix(msg, "LANES_BADARG "):
-			return fmt.Errorf("%w: %s", lanes.ErrInvalid, msg)
+		case "LANES_BADARG":
+			field, what, _ := strings.Cut(rest, " ")
+			return &lanes.InvalidError{Field: field, Detail: what}
+		case "LANES_VERSION":
+			return fmt.Errorf("%w: namespace %s: this client speaks protocol %s, the server's scripts or state another (%s)", ErrProtocol, b.ns, Protocol, rest)
+		case "LANES_EXHAUSTED":
+			return fmt.Errorf("%w: namespace %s: %s (lanectl doctor --repair starts them again once no entry waits)", lanes.ErrUnavailable, b.ns, rest)
 		}
 	}
-	// Connection errors, timeouts and server errors (LOADING, READONLY,
-	// NOPERM...) alike: the step's outcome is unknown to the caller.
+	// Connection errors, timeouts and server errors (READONLY, NOPERM, OOM...)
+	// alike: the step's outcome is unknown to the caller.
 	return fmt.Errorf("%w: redis namespace %s: %w", lanes.ErrUnavailable, b.ns, err)
 }

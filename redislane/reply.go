@@ -3,7 +3,6 @@ package redislane
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -19,10 +18,15 @@ func malformed(what string, v any) error {
 	return fmt.Errorf("%w: malformed %s reply from Redis: %.200v", lanes.ErrUnavailable, what, v)
 }
 
-// parseStatuses reads a list of {id, state, {key, value, ...}}.
+// parseStatuses reads {epoch, {{id, state, {key, value, ...}, seq}, ...}}.
 func parseStatuses(v any, n int) ([]lanes.Status, error) {
-	list, ok := v.([]any)
-	if !ok || len(list) != n {
+	top, ok := v.([]any)
+	if !ok || len(top) != 2 {
+		return nil, malformed("status", v)
+	}
+	epoch, ok1 := top[0].(string)
+	list, ok2 := top[1].([]any)
+	if !ok1 || !ok2 || len(list) != n {
 		return nil, malformed("status", v)
 	}
 	out := make([]lanes.Status, n)
@@ -34,11 +38,12 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		id, _ := f[0].(string)
 		state, _ := f[1].(string)
 		detail, ok := f[2].([]any)
-		if !ok || (state == "e" && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
-			(state != "e" && state != "c" && len(detail)%2 != 0) {
+		refused := state == "e" || state == "x" || state == "t"
+		if !ok || (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
+			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
-		st := lanes.Status{ID: id}
+		st := lanes.Status{ID: id, Epoch: epoch}
 		if len(f) == 4 {
 			seq, _ := f[3].(int64)
 			st.Seq = uint64(max(seq, 0))
@@ -71,6 +76,11 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		case "e":
 			msg, _ := detail[0].(string)
 			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrNotHolder, msg)
+		case "x":
+			st.State, st.Err = lanes.Gone, &lanes.IDConflictError{ID: id}
+		case "t":
+			msg, _ := detail[0].(string)
+			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrCanceled, msg)
 		case "c":
 			path, _ := detail[0].(string)
 			ce := &lanes.LockCycleError{Path: path}
@@ -104,19 +114,23 @@ func parseState(s any) (lanes.State, bool) {
 	return lanes.Gone, false
 }
 
-// parseReleased reads {{state per id}, {granted ids}}.
+// parseReleased reads {epoch, {state per id}, {granted ids}}.
 func parseReleased(v any, n int) (lanes.Released, error) {
 	f, ok := v.([]any)
-	if !ok || len(f) != 2 {
+	if !ok || len(f) != 3 {
 		return lanes.Released{}, malformed("release", v)
 	}
-	was, ok1 := f[0].([]any)
-	granted, ok2 := f[1].([]any)
+	was, ok1 := f[1].([]any)
+	granted, ok2 := f[2].([]any)
 	if !ok1 || !ok2 || len(was) != n {
 		return lanes.Released{}, malformed("release", v)
 	}
-	r := lanes.Released{Was: make([]lanes.State, n)}
+	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n)}
 	for i, s := range was {
+		if s == "f" {
+			r.Forced[i] = true
+			continue
+		}
 		st, ok := parseState(s)
 		if !ok {
 			return lanes.Released{}, malformed("release", v)
@@ -165,36 +179,56 @@ func (r *record) entry() lanes.Entry {
 	return e
 }
 
-// parseSnapshot reads {now, {{key, limit, holders, waiters}, ...}}.
-func parseSnapshot(v any) (*lanes.Snapshot, error) {
+// page is one inspect.lua page.
+type page struct {
+	lanes.Snapshot
+	keys []pageKey
+}
+
+// pageKey is one key of a page, with the cursor to go on with.
+type pageKey struct {
+	lanes.KeyState
+	next string
+}
+
+// parsePage reads {now, epoch, {{key, limit, nh, nw, holders, waiters,
+// next}, ...}, {expired, evicted, revoked, resets, frozen}}: n keys.
+func parsePage(v any, n int) (*page, error) {
 	f, ok := v.([]any)
-	if !ok || len(f) != 3 {
+	if !ok || len(f) != 4 {
 		return nil, malformed("inspect", v)
 	}
 	now, ok1 := f[0].(int64)
-	keys, ok2 := f[1].([]any)
-	stats, ok3 := f[2].([]any)
-	if !ok1 || !ok2 || !ok3 || len(stats) != 2 {
+	epoch, ok2 := f[1].(string)
+	keys, ok3 := f[2].([]any)
+	stats, ok4 := f[3].([]any)
+	if !ok1 || !ok2 || !ok3 || !ok4 || len(stats) != 5 || (epoch != "" && len(keys) != n) {
 		return nil, malformed("inspect", v)
 	}
-	snap := &lanes.Snapshot{Time: msTime(now)}
-	for i, p := range []*uint64{&snap.Stats.ExpiredHolders, &snap.Stats.EvictedWaiters} {
-		n, _ := stats[i].(int64)
-		*p = uint64(max(n, 0))
+	p := &page{Snapshot: lanes.Snapshot{Time: msTime(now), Epoch: epoch}}
+	var counts [5]uint64
+	for i := range counts {
+		c, _ := stats[i].(int64)
+		counts[i] = uint64(max(c, 0))
+	}
+	p.Stats = lanes.Stats{ExpiredHolders: counts[0], EvictedWaiters: counts[1], Revoked: counts[2], Resets: counts[3]}
+	if counts[4] > uint64(now) {
+		p.Frozen = msTime(int64(counts[4]))
 	}
 	for _, kv := range keys {
 		kf, ok := kv.([]any)
-		if !ok || len(kf) != 4 {
+		if !ok || len(kf) != 7 {
 			return nil, malformed("inspect", v)
 		}
 		key, _ := kf[0].(string)
 		limit, _ := kf[1].(int64)
-		hs, ok1 := kf[2].([]any)
-		ws, ok2 := kf[3].([]any)
-		if !ok1 || !ok2 {
+		hs, ok1 := kf[4].([]any)
+		ws, ok2 := kf[5].([]any)
+		next, ok3 := kf[6].(string)
+		if !ok1 || !ok2 || !ok3 {
 			return nil, malformed("inspect", v)
 		}
-		ks := lanes.KeyState{Key: key, Limit: int(limit)}
+		ks := pageKey{KeyState: lanes.KeyState{Key: key, Limit: int(limit)}, next: next}
 		for _, h := range hs {
 			rec, deadline, err := parsePair(h)
 			if err != nil {
@@ -203,7 +237,6 @@ func parseSnapshot(v any) (*lanes.Snapshot, error) {
 			tok, _ := strconv.ParseUint(rec.Tokens[key], 10, 64)
 			ks.Holders = append(ks.Holders, lanes.Holder{Entry: rec.entry(), Token: tok, Granted: msTime(rec.Granted), Expires: deadline})
 		}
-		sort.Slice(ks.Holders, func(i, j int) bool { return ks.Holders[i].Token < ks.Holders[j].Token })
 		for i, w := range ws {
 			rec, deadline, err := parsePair(w)
 			if err != nil {
@@ -211,12 +244,14 @@ func parseSnapshot(v any) (*lanes.Snapshot, error) {
 			}
 			ks.Waiters = append(ks.Waiters, lanes.Waiter{Entry: rec.entry(), Position: i + 1, Expires: deadline})
 		}
-		snap.Keys = append(snap.Keys, ks)
+		p.keys = append(p.keys, ks)
 	}
-	return snap, nil
+	return p, nil
 }
 
-// parsePair reads {entry JSON, deadline, id}.
+// parsePair reads {entry JSON, deadline, id}. A record that does not
+// decode (written by another version, or damaged) is shown with its id
+// alone: inspecting a namespace never fails because of what it holds.
 func parsePair(v any) (*record, time.Time, error) {
 	f, ok := v.([]any)
 	if !ok || len(f) != 3 {
@@ -225,14 +260,11 @@ func parsePair(v any) (*record, time.Time, error) {
 	raw, _ := f[0].(string)
 	var rec record
 	if err := json.Unmarshal([]byte(raw), &rec); err != nil {
-		return nil, time.Time{}, malformed("inspect entry", v)
+		rec = record{}
 	}
 	rec.ID, _ = f[2].(string)
 	dl, _ := f[1].(string)
-	d, err := strconv.ParseFloat(dl, 64)
-	if err != nil {
-		return nil, time.Time{}, malformed("inspect deadline", v)
-	}
+	d, _ := strconv.ParseFloat(dl, 64)
 	return &rec, msTime(int64(d)), nil
 }
 

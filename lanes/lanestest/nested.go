@@ -61,25 +61,31 @@ func testReentryChain(t *testing.T, inst Instance) {
 }
 
 // Invariant 10: re-entry ends when the ancestor's hold ends; a nested entry
-// still waiting then queues for the key like any other, by its arrival.
+// still waiting then queues for the key at its own arrival place, ahead of
+// whoever came after it.
 func testReentryEndsWithAncestor(t *testing.T, inst Instance) {
 	s := session(t, inst.Backend)
 	parent := acquire(t, s, req("parent", "k", 1))
 	hj := acquire(t, s, req("hj", "j", 1))
 	child := enqueue(t, s, nested(req("child", "k", 1, "j", 1), "parent"))[0]
 	release(t, parent) // the parent's call returned; a task it left behind still waits
-	other := acquire(t, s, req("other", "k", 1))
-	release(t, hj)
-	if isReady(child) {
-		// It may not take k by re-entry any more, and other holds k.
-		t.Fatal("the child was granted k after its parent let go, while another holds it")
+	if ks := inspect(t, inst.Backend, "k"); !equal(waiterIDs(ks), []string{"child"}) || len(ks.Holders) != 0 {
+		t.Fatalf("after the lender left, k holders %v waiters %v; want none and [child]", holderIDs(ks), waiterIDs(ks))
 	}
-	release(t, other)
+	other := enqueue(t, s, req("other", "k", 1))[0]
+	if isReady(other) {
+		t.Fatal("other, which came after the child, was granted k ahead of it")
+	}
+	release(t, hj)
 	lc := wait(t, child)
-	if lc.Token("k") <= other.Token("k") {
-		t.Fatalf("child's token for k %d; want a new one above %d", lc.Token("k"), other.Token("k"))
+	if lc.Token("k") <= parent.Token("k") {
+		t.Fatalf("child's token for k %d; want a new one above the parent's %d", lc.Token("k"), parent.Token("k"))
+	}
+	if isReady(other) {
+		t.Fatal("other was granted k while the child holds it")
 	}
 	release(t, lc)
+	release(t, wait(t, other))
 }
 
 // Invariant 11: two processes, each holding a key, whose nested calls wait

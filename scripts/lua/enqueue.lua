@@ -1,77 +1,109 @@
 -- enqueue.lua: place a batch of requests in their lanes' queues, in order,
 -- in one atomic step, and grant those that are eligible.
 --
--- KEYS: the nine of lib.lua.
--- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id, [4] host,
---       [5] pid, [6] requests as a JSON list of
+-- KEYS: the ten of lib.lua.
+-- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
+--       [4] owner id, [5] host, [6] pid, [7] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,
 --        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty):
---       1 to 1000 requests and 4096 lanes in all; ids without spaces or
---       NUL; keys non-empty strings without NUL; limits whole numbers from
---       1 to 2^30. Anything else is refused before any change.
--- Reply: one status per request, in order: {id, "h", {key, token, ...}, seq},
---        {id, "w", {key, position from 1, ...}, seq}, or {id, "e", {message}}
---        when that one request is refused. An id that exists already is
---        not enqueued again: for the same owner (a retry) it keeps its
---        place and state and renews its deadline; a waiting entry of
---        another owner passes to this owner, keeping its place, and the old
---        owner gets a hint; a held entry of another owner is refused ("e").
---        A request whose lineage holds a key takes it by re-entry: no queue,
---        no slot, the ancestor's token (DESIGN.md invariant 10). A waiting
---        request that would close a wait-for cycle through nested calls is
---        not enqueued: {id, "c", {cycle in words, JSON {entries, keys}}}
---        (invariant 11); the batch's other requests are.
--- Errors: LANES_BADARG <what>; LANES_LIMIT <recorded> <requested> <key>
---        when a key's recorded limit differs; then nothing is enqueued.
+--       1 to MAX_STEP_REQUESTS requests with distinct ids and
+--       MAX_STEP_LANES lanes in all, each within the bounds of lib.lua.
+--       Anything else is refused before any change.
+-- Reply: {epoch, statuses}: one status per request, in order:
+--        {id, "h", {key, token, ...}, seq}, {id, "w", {key, position from
+--        1, ...}, seq}, or, when that one request is refused and nothing
+--        of it changed: {id, "e", {message}} (another owner holds the id),
+--        {id, "x", {message}} (the id names another request: other lanes
+--        or another lineage), {id, "t", {message}} (the id was released
+--        since: a late copy of a settled step), {id, "c", {cycle in words,
+--        JSON {entries, keys}}} (it would close a wait-for cycle through
+--        nested calls, DESIGN.md invariant 11).
+--        An id that exists already with the same lanes and lineage is not
+--        enqueued again: for the same owner (a retry) it keeps its place and
+--        state and its deadline is renewed; a waiting entry of another owner
+--        passes to this owner, keeping its place, and the old owner gets a
+--        hint. A request whose lineage holds a key takes it by re-entry: no
+--        queue, no slot, the lender's token (invariant 10).
+-- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>;
+--        LANES_LIMIT <recorded> <requested> <key> when a key's recorded
+--        limit differs; LANES_EXHAUSTED when sequence numbers ran out while
+--        entries wait. Then nothing is enqueued.
 
-local ttl, pid = tonumber(ARGV[2]), tonumber(ARGV[5])
-if not ttl or ttl <= 0 or not pid then
-  return redis.error_reply('LANES_BADARG TTL and pid must be numbers')
+local ttl = int_in(ARGV[3], 1, MAX_TTL)
+if not ttl then return badarg('ttl', 'must be a whole number of ms from 1 to ' .. MAX_TTL) end
+local owner, host = ARGV[4], ARGV[5]
+if not id_ok(owner) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
+if not field_ok(host) then return badarg('host', 'must be at most ' .. MAX_FIELD_LEN .. ' bytes of UTF-8 without control characters') end
+local pid = int_in(ARGV[6], 0, 4294967295)
+if not pid then return badarg('pid', 'must be a whole number from 0 to 2^32-1') end
+local decoded, reqs = pcall(cjson.decode, ARGV[7] or '')
+if not decoded or type(reqs) ~= 'table' or #reqs == 0 or #reqs > MAX_STEP_REQUESTS then
+  return badarg('requests', 'must be a JSON list of 1 to ' .. MAX_STEP_REQUESTS .. ' requests')
 end
-local owner, host = ARGV[3], ARGV[4]
-if owner == '' or string.find(owner, '[%s%z]') then
-  return redis.error_reply('LANES_BADARG owner id must be non-empty, without spaces')
-end
-local decoded, reqs = pcall(cjson.decode, ARGV[6] or '')
-if not decoded or type(reqs) ~= 'table' or #reqs == 0 or #reqs > 1000 then
-  return redis.error_reply('LANES_BADARG requests must be a JSON list of 1 to 1000 requests')
-end
-local function text(v) return type(v) == 'string' and v ~= '' and not string.find(v, '%z') end
-local function id_ok(v) return text(v) and not string.find(v, '%s') end
-local lanes_total = 0
-for i, r in ipairs(reqs) do
-  if type(r) ~= 'table' or not id_ok(r.id) or type(r.k) ~= 'table' or #r.k == 0 then
-    return redis.error_reply('LANES_BADARG request ' .. i .. ': needs an id without spaces and at least one lane')
-  end
-  for _, kl in ipairs(r.k) do
-    local limit = type(kl) == 'table' and kl[2]
-    if type(kl) ~= 'table' or not text(kl[1]) or type(limit) ~= 'number'
-      or limit < 1 or limit > 1073741824 or limit ~= math.floor(limit) then
-      return redis.error_reply('LANES_BADARG request ' .. i .. ': a lane must be [key, limit from 1 to 2^30]')
+do
+  local lanes_total, ids = 0, {}
+  for i, r in ipairs(reqs) do
+    local at = 'request ' .. i .. ': '
+    if type(r) ~= 'table' or not id_ok(r.id) then
+      return badarg('id', at .. 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces')
     end
-  end
-  lanes_total = lanes_total + #r.k
-  for _, f in ipairs({'c', 't', 'n'}) do
-    if r[f] ~= nil and type(r[f]) ~= 'string' then
-      return redis.error_reply('LANES_BADARG request ' .. i .. ': ' .. f .. ' must be a string')
+    if ids[r.id] then return badarg('id', at .. 'entry id ' .. r.id .. ' appears twice in one step') end
+    ids[r.id] = true
+    if type(r.k) ~= 'table' or #r.k == 0 or #r.k > MAX_LANES then
+      return badarg('lanes', at .. 'a request names 1 to ' .. MAX_LANES .. ' lanes')
     end
-  end
-  if r.l ~= nil then
-    if type(r.l) ~= 'table' then
-      return redis.error_reply('LANES_BADARG request ' .. i .. ': lineage must be a list of ids')
+    local keys = {}
+    for _, kl in ipairs(r.k) do
+      if type(kl) ~= 'table' or not key_ok(kl[1]) then
+        return badarg('key', at .. 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters')
+      end
+      if not int_in(kl[2], 1, MAX_LIMIT) then
+        return badarg('limit', at .. 'key ' .. kl[1] .. ': a limit is a whole number from 1 to ' .. MAX_LIMIT)
+      end
+      if keys[kl[1]] then return badarg('key', at .. 'key ' .. kl[1] .. ' is named twice') end
+      keys[kl[1]] = true
     end
-    for _, a in ipairs(r.l) do
-      if not id_ok(a) then
-        return redis.error_reply('LANES_BADARG request ' .. i .. ': lineage must be a list of ids')
+    lanes_total = lanes_total + #r.k
+    for _, f in ipairs({'c', 't', 'n'}) do
+      if not field_ok(r[f]) then
+        return badarg('field', at .. f .. ' must be at most ' .. MAX_FIELD_LEN .. ' bytes of UTF-8 without control characters')
       end
     end
+    if r.l ~= nil then
+      if type(r.l) ~= 'table' or #r.l > MAX_LINEAGE then
+        return badarg('lineage', at .. 'a lineage is a list of at most ' .. MAX_LINEAGE .. ' entry ids')
+      end
+      for _, a in ipairs(r.l) do
+        if not id_ok(a) or a == r.id then
+          return badarg('lineage', at .. 'a lineage holds entry ids other than the request\'s own')
+        end
+      end
+      if #r.l == 0 then r.l = nil end
+    end
+  end
+  if lanes_total > MAX_STEP_LANES then
+    return badarg('step', 'a step takes at most ' .. MAX_STEP_LANES .. ' lanes, this one ' .. lanes_total)
   end
 end
-if lanes_total > 4096 then
-  return redis.error_reply('LANES_BADARG a step takes at most 4096 lanes, this one ' .. lanes_total)
-end
 
-reap()
+local _, err = check(true)
+if err then return err end
+if ttl > MAXTTL then redis.call('HSET', K_META, 'maxttl', ttl) end
+
+-- same reports whether the stored entry e was made by request r: the same
+-- lanes (keys and limits, in any order) and the same lineage.
+local function same(e, r)
+  if #e.k ~= #r.k or #(e.l or {}) ~= #(r.l or {}) then return false end
+  local lim = {}
+  for _, kl in ipairs(e.k) do lim[kl[1]] = kl[2] end
+  for _, kl in ipairs(r.k) do
+    if lim[kl[1]] ~= kl[2] then return false end
+  end
+  for i, a in ipairs(e.l or {}) do
+    if r.l[i] ~= a then return false end
+  end
+  return true
+end
 
 -- Check every limit before changing anything (DESIGN.md invariant 9), and
 -- note the keys that are idle (no limit recorded: no holder, no waiter).
@@ -87,18 +119,136 @@ for _, r in ipairs(reqs) do
         if v then rec = tonumber(v) else idle[key] = true end
       end
       if rec and rec ~= limit then
-        finish(false)
         return redis.error_reply(string.format('LANES_LIMIT %d %d %s', rec, limit, key))
       end
       batch[key] = limit
     end
   end
 end
+local tombs = redis.call('ZCARD', K_TOMBS) > 0
+
+-- waits_for lists what entry x waits for, as {id, kind, key}: kind "h" a
+-- holder of a key x is queued on, "q" the entry queued just before x on it
+-- (which waits for the rest: reachability is the same as through every
+-- entry ahead, and the search stays small); kind "n" a nested call
+-- started under x, which x cannot finish before. A new request (x.new) is
+-- behind the last entry of each queue.
+local function waits_for(x)
+  local out = {}
+  local function add(list, kind, key, skip)
+    for _, m in ipairs(list) do
+      if m ~= '\0' then out[#out + 1] = {string.sub(m, skip), kind, key} end
+    end
+  end
+  if x.s == 'w' then
+    for _, kl in ipairs(x.k) do
+      local key = kl[1]
+      if not borrowed(x, key) then
+        add(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key), 'LIMIT', 0, CYCLE_VISITS), 'h', key, #key + 2)
+        local from = hi(key)
+        if not x.new then from = '(' .. qmember(key, x.q, x.id) end
+        add(redis.call('ZREVRANGEBYLEX', K_QUEUE, from, lo(key), 'LIMIT', 0, 1), 'q', key, #key + 19)
+      end
+    end
+  end
+  if not x.new then
+    add(redis.call('ZRANGEBYLEX', K_NESTED, lo(x.id), hi(x.id), 'LIMIT', 0, CYCLE_VISITS), 'n', '', #x.id + 2)
+  end
+  return out
+end
+
+local function wait_words(from, kind, key, to)
+  if kind == 'n' then return from .. ' waits for its nested call ' .. to end
+  if kind == 'h' then return from .. ' waits for key "' .. key .. '" held by ' .. to end
+  return from .. ' waits for key "' .. key .. '" behind ' .. to
+end
+
+-- cycle searches, breadth first, whether the new waiting request r waits
+-- (through holders, earlier waiters and nested calls) for one of its own
+-- ancestors, which wait for r (DESIGN.md invariant 11). It loads at most
+-- CYCLE_VISITS entries. It returns the shortest such cycle found, in
+-- words, its entries and its keys, or nil.
+local function cycle(r)
+  local ancestor = {}
+  for _, a in ipairs(r.l or {}) do ancestor[a] = true end
+  local prev, seen = {}, {[r.id] = true}
+  local queue, head, visits = {r}, 1, 0
+  while head <= #queue do
+    local x = queue[head]
+    head = head + 1
+    for _, ed in ipairs(waits_for(x)) do
+      local y = ed[1]
+      if not seen[y] then
+        seen[y] = true
+        prev[y] = {x.id, ed[2], ed[3]}
+        if ancestor[y] then
+          local steps, cur = {}, y
+          while cur ~= r.id do
+            table.insert(steps, 1, {cur, prev[cur][2], prev[cur][3]})
+            cur = prev[cur][1]
+          end
+          local words, entries, keys, from = {}, {r.id}, {}, r.id
+          for _, s in ipairs(steps) do
+            words[#words + 1] = wait_words(from, s[2], s[3], s[1])
+            entries[#entries + 1] = s[1]
+            if s[3] ~= '' then keys[#keys + 1] = s[3] end
+            from = s[1]
+          end
+          words[#words + 1] = wait_words(from, 'n', '', r.id)
+          return table.concat(words, '; '), entries, keys
+        end
+        if visits < CYCLE_VISITS then
+          visits = visits + 1
+          local ye = load(y)
+          if ye then queue[#queue + 1] = ye end
+        end
+      end
+    end
+  end
+  return nil
+end
+
+-- next_seq takes a sequence number. Past MAX_SEQ it starts again from 1
+-- when no entry waits (only waiters' order rests on it), and refuses
+-- otherwise.
+local function next_seq()
+  local seq = redis.call('HINCRBY', K_META, 'seq', 1)
+  if seq > MAX_SEQ then
+    if redis.call('ZCARD', K_QUEUE) > 1 then return nil end
+    redis.call('HSET', K_META, 'seq', 1)
+    seq = 1
+  end
+  return seq
+end
+
+local reaped = false
+-- room reports whether every key of r's queued lanes has room for one more
+-- entry behind all that hold or wait. Before saying no, it removes expired
+-- holders once in the step.
+local function room(queued)
+  for pass = 1, 2 do
+    local ok = true
+    for _, kl in ipairs(queued) do
+      local key, limit = kl[1], kl[2]
+      if not idle[key] and redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+        + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) >= limit then
+        ok = false
+        break
+      end
+    end
+    if ok or reaped then return ok end
+    reaped = true
+    reap()
+  end
+  return false
+end
 
 local out = {}
 for i, r in ipairs(reqs) do
   local e = existing[r.id]
-  if e and e.o ~= owner and e.s == 'h' then
+  if e and not same(e, r) then
+    out[i] = {r.id, 'x', {'entry ' .. r.id .. ' exists with other lanes or another lineage; an entry id names one request'}}
+  elseif e and e.o ~= owner and e.s == 'h' then
     out[i] = {r.id, 'e', {string.format('entry %s is held by another owner (%s pid %s); entry ids must be unique per call',
       r.id, e.h or '?', tostring(e.p))}}
   elseif e then
@@ -107,62 +257,72 @@ for i, r in ipairs(reqs) do
       e.o, e.h, e.p = owner, host, pid
       store(e)
     end
-    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+    redis.call('ZADD', deadlines(e), NOW + ttl, r.id)
     out[i] = status(e, true)
+  elseif tombs and tonumber(redis.call('ZSCORE', K_TOMBS, 's\0' .. r.id) or '0') > NOW then
+    out[i] = {r.id, 't', {'entry ' .. r.id .. ' was released before this enqueue arrived'}}
   else
-    local seq = redis.call('INCR', K_SEQ)
     e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
-         l = r.l, k = r.k, s = 'w', q = seq, e = NOW}
-    for _, a in ipairs(r.l or {}) do
-      redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
-    end
-    -- Eligible at once when, on each key it queues for, the holders and
-    -- the waiters (all of them arrived before it) leave room: then it is
-    -- granted without ever being queued.
-    local queued, room = {}, true
+         l = r.l, k = r.k, s = 'w', q = 0, e = NOW}
+    -- A key a request's lineage holds is borrowed from the nearest such
+    -- ancestor; the others are queued.
+    local queued, lenders = {}, {}
     for _, kl in ipairs(r.k) do
-      local key, limit = kl[1], kl[2]
-      local holder
-      for j = #(r.l or {}), 1, -1 do -- the nearest ancestor that holds key
+      local key = kl[1]
+      local lender
+      for j = #(r.l or {}), 1, -1 do
         if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then
-          holder = r.l[j]
+          lender = r.l[j]
           break
         end
       end
-      if holder then
+      if lender then
         e.r = e.r or {}
-        e.r[key] = holder
+        e.r[key] = lender
+        lenders[lender] = true
       else
-        queued[#queued + 1] = key
-        if room and not idle[key] then
-          room = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-            + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) < limit
+        queued[#queued + 1] = kl
+      end
+    end
+    local now = FROZEN <= NOW and room(queued)
+    local words, entries, keys
+    if not now and r.l then
+      e.new = true
+      words, entries, keys = cycle(e)
+      e.new = nil
+    end
+    local seq = not now and not words and next_seq()
+    if words then
+      out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
+    elseif not now and not seq then
+      return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
+    else
+      for _, a in ipairs(r.l or {}) do
+        redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
+      end
+      for a in pairs(lenders) do
+        redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
+      end
+      for _, kl in ipairs(r.k) do
+        if idle[kl[1]] then
+          redis.call('HSET', K_LIMITS, kl[1], kl[2])
+          idle[kl[1]] = nil -- not idle for the step's later requests
         end
       end
-      if idle[key] then redis.call('HSET', K_LIMITS, key, limit) end
-      idle[key] = nil -- not idle for the batch's later requests
-    end
-    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
-    local words, entries, keys
-    if room then
-      grant(e, false, true)
-    else
-      for _, key in ipairs(queued) do
-        redis.call('ZADD', K_QUEUE, 0, qmember(key, seq, r.id))
+      if now then
+        grant(e, false, NOW + ttl, false)
+      else
+        e.q = seq
+        for _, kl in ipairs(queued) do
+          redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], seq, r.id))
+        end
+        store(e)
+        redis.call('ZADD', K_WAITING, NOW + ttl, r.id)
       end
-      store(e)
-      if r.l and #r.l > 0 then words, entries, keys = cycle(e) end
-    end
-    if words then
-      local touched = {}
-      remove(e, touched)
-      scan(touched)
-      out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
-    else
       out[i] = status(e, true)
     end
   end
 end
 
-finish(false)
-return out
+finish()
+return {EPOCH, out}

@@ -12,7 +12,7 @@
 --          seen; it is now the recorded highest.
 -- Errors:  "LANES_STALE <highest>"  the token is lower than <highest>;
 --                                   nothing changed
---          "LANES_INVALID <what>"   ARGV is malformed; nothing changed
+--          "LANES_BADARG <field> <what>"  ARGV is malformed; nothing changed
 --          "LANES_CORRUPT <value>"  the stored highest is not a canonical
 --                                   token; nothing changed
 --
@@ -52,10 +52,10 @@ end
 local resource = ARGV[1]
 local token = ARGV[2]
 if resource == nil or resource == "" then
-  return redis.error_reply("LANES_INVALID empty resource")
+  return redis.error_reply("LANES_BADARG resource is empty")
 end
 if not canonical(token) then
-  return redis.error_reply("LANES_INVALID token is not canonical decimal from 1 to " .. MAX)
+  return redis.error_reply("LANES_BADARG token is not canonical decimal from 1 to " .. MAX)
 end
 
 local highest = redis.call("HGET", KEYS[1], resource)

@@ -1,34 +1,72 @@
 -- heartbeat.lua: renew the deadlines of one process's entries and report
 -- their state; a process runs it for all its entries every heartbeat, and
--- for hinted waiters at once. It never re-creates an entry that is gone.
+-- for hinted waiters at once. It never re-creates an entry that is gone,
+-- and never renews one whose deadline passed. It also polls: it first
+-- removes expired entries (holders first, at most REAP_MAX), then grants
+-- the waiters that became eligible on the keys its waiting entries name,
+-- so that a grant whose hint was lost, an expired holder or the end of a
+-- freeze costs at most one heartbeat interval.
 --
--- KEYS: the nine of lib.lua.
--- ARGV: [1] hint channel prefix, [2] TTL (ms), [3] owner id,
---       [4...] entry ids.
--- Reply: one status per id, in order: {id, "h", {key, token, ...}, seq},
+-- KEYS: the ten of lib.lua.
+-- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
+--       [4] owner id, [5...] 1 to MAX_STEP_REQUESTS entry ids.
+-- Reply: {epoch ("" when the namespace has no state), statuses}: one
+--        status per id, in order: {id, "h", {key, token, ...}, seq},
 --        {id, "w", {}, seq} or {id, "g", {}} (gone: expired, released, or
 --        taken over by another owner; then it is not renewed).
--- Errors: LANES_BADARG <what>.
+-- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
-local ttl = tonumber(ARGV[2])
-if not ttl or ttl <= 0 then
-  return redis.error_reply('LANES_BADARG TTL must be a positive number')
+local ttl = int_in(ARGV[3], 1, MAX_TTL)
+if not ttl then return badarg('ttl', 'must be a whole number of ms from 1 to ' .. MAX_TTL) end
+local owner = ARGV[4]
+if not id_ok(owner) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
+if #ARGV < 5 or #ARGV - 4 > MAX_STEP_REQUESTS then return badarg('ids', 'a step takes 1 to ' .. MAX_STEP_REQUESTS .. ' ids') end
+for i = 5, #ARGV do
+  if not id_ok(ARGV[i]) then return badarg('id', 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 end
 
-reap()
-
-local owner = ARGV[3]
 local out = {}
-for i = 4, #ARGV do
+local _, err = check(false)
+if err then return err end
+if not EPOCH then
+  for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end
+  return {'', out}
+end
+redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW)
+local all = reap()
+
+local mine, touched = {}, {}
+for i = 5, #ARGV do
   local id = ARGV[i]
   local e = load(id)
   if e and e.o == owner then
-    redis.call('ZADD', K_DEADLINES, NOW + ttl, id)
+    local k = deadlines(e)
+    if not all and tonumber(redis.call('ZSCORE', k, id) or '0') <= NOW then
+      expire(e, touched) -- its deadline passed: it is not renewed
+    else
+      redis.call('ZADD', k, NOW + ttl, id)
+      mine[id] = e
+      if e.s == 'w' then
+        for _, kl in ipairs(e.k) do
+          if not borrowed(e, kl[1]) then touched[kl[1]] = kl[2] end
+        end
+      end
+    end
+  end
+end
+scan(touched)
+
+local now = {}
+for _, g in ipairs(granted) do now[g.id] = g end
+for i = 5, #ARGV do
+  local id = ARGV[i]
+  local e = now[id] or mine[id]
+  if e and e.o == owner then
     out[#out + 1] = status(e, false)
   else
     out[#out + 1] = {id, 'g', {}}
   end
 end
 
-finish(true)
-return out
+finish()
+return {EPOCH, out}

@@ -1,44 +1,81 @@
--- inspect.lua: the holders and waiters of some keys, or of every key that
--- has any. It expires what is due first, so it shows no dead entry.
+-- inspect.lua: the holders and waiters of some keys, one bounded page at
+-- a time. It removes expired entries first (at most REAP_MAX), so it shows
+-- no dead entry unless more were due.
 --
--- KEYS: the nine of lib.lua.
--- ARGV: [1] hint channel prefix, [2...] keys (none: every key).
--- Reply: {now (ms), {{key, limit, {{entry JSON, deadline ms, id}, ...},
---        {{entry JSON, deadline ms, id}, ...}}, ...}, {expired, evicted}}:
---        holders in id order, waiters in queue order; keys with neither are
---        left out; the counts of the stats key last.
+-- KEYS: the ten of lib.lua.
+-- ARGV: [1] protocol, [2] hint channel prefix, [3] budget: the most
+--       entries (holders and waiters) this page returns, 1 to
+--       MAX_STEP_REQUESTS, [4...] pairs of key and cursor: the waiter
+--       member to go on after ("" from the head; holders come only then).
+-- Reply: {now (ms), epoch ("" when the namespace has no state),
+--        {{key, limit (0: neither holders nor waiters), holder count,
+--          waiter count, {{entry JSON, deadline ms, id}, ...holders},
+--          {{entry JSON, deadline ms, id}, ...waiters}, next}, ...} (one per
+--        key asked, in order), {expired, evicted, revoked, resets, frozen
+--        until (ms)}}. Holders come in id order, at most the budget;
+--        waiters in queue order. A cursor "" starts at the key's head
+--        (holders, then waiters), "\1" at its first waiter, anything else
+--        after that waiter's member. next is "" when the key is done, else
+--        the cursor to go on with ("\0": the budget ran out before the key;
+--        ask again with "").
+-- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local budget = int_in(ARGV[3], 1, MAX_STEP_REQUESTS)
+if not budget then return badarg('budget', 'must be a whole number from 1 to ' .. MAX_STEP_REQUESTS) end
+if (#ARGV - 3) % 2 ~= 0 or #ARGV - 3 > 2 * MAX_STEP_REQUESTS then
+  return badarg('keys', 'pairs of key and cursor, at most ' .. MAX_STEP_REQUESTS)
+end
+for i = 4, #ARGV, 2 do
+  if not key_ok(ARGV[i]) then return badarg('key', 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters') end
+end
+
+local _, err = check(false)
+if err then return err end
+if not EPOCH then return {NOW, '', {}, {0, 0, 0, 0, 0}} end
 reap()
 
-local keys = {}
-if #ARGV > 1 then
-  for i = 2, #ARGV do keys[#keys + 1] = ARGV[i] end
-else
-  keys = redis.call('HKEYS', K_LIMITS)
+local function entry(id)
+  return {redis.call('HGET', K_ENTRIES, id) or '{}',
+    redis.call('ZSCORE', K_HELD, id) or redis.call('ZSCORE', K_WAITING, id) or '0', id}
 end
-table.sort(keys)
 
 local out = {}
-for _, key in ipairs(keys) do
-  local limit = redis.call('HGET', K_LIMITS, key)
-  if limit then
-    local holders, waiters = {}, {}
-    for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key))) do
-      local id = string.sub(m, #key + 2)
-      holders[#holders + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id), id}
+for i = 4, #ARGV, 2 do
+  local key, cursor = ARGV[i], ARGV[i + 1]
+  local limit = tonumber(redis.call('HGET', K_LIMITS, key) or '0')
+  local holders, waiters, nxt = {}, {}, ''
+  local nh, nw = 0, 0
+  if limit > 0 then
+    nh = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+    nw = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
+    if budget == 0 then
+      nxt = cursor == '' and '\0' or cursor
+    else
+      if cursor == '' then
+        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key), 'LIMIT', 0, budget)) do
+          holders[#holders + 1] = entry(string.sub(m, #key + 2))
+        end
+        budget = budget - #holders
+      end
+      local from = lo(key)
+      if cursor ~= '' and cursor ~= '\1' then from = '(' .. cursor end
+      if budget == 0 then
+        if nw > 0 then nxt = cursor == '' and '\1' or cursor end
+      else
+        local ms = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, budget + 1)
+        for j = 1, math.min(#ms, budget) do
+          waiters[#waiters + 1] = entry(string.sub(ms[j], #key + 19))
+        end
+        if #ms > budget then nxt = ms[budget] end
+        budget = budget - #waiters
+      end
     end
-    for _, m in ipairs(redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key))) do
-      local id = string.sub(m, #key + 19)
-      waiters[#waiters + 1] = {redis.call('HGET', K_ENTRIES, id), redis.call('ZSCORE', K_DEADLINES, id), id}
-    end
-    out[#out + 1] = {key, tonumber(limit), holders, waiters}
   end
+  out[#out + 1] = {key, limit, nh, nw, holders, waiters, nxt}
 end
 
+local m = redis.call('HMGET', K_META, 'expired', 'evicted', 'revoked', 'resets', 'frozen')
 local stats = {}
-for _, f in ipairs({'expired', 'evicted'}) do
-  stats[#stats + 1] = tonumber(redis.call('HGET', K_STATS, f) or '0')
-end
-
-finish(false)
-return {NOW, out, stats}
+for i = 1, 5 do stats[i] = tonumber(m[i] or '0') or 0 end
+finish()
+return {NOW, EPOCH, out, stats}

@@ -1,45 +1,126 @@
--- lib.lua: helpers shared by enqueue.lua, heartbeat.lua, release.lua and
--- inspect.lua; package lua puts this file in front of each of them.
+-- lib.lua: the bounds, the keyspace and the helpers shared by enqueue.lua,
+-- heartbeat.lua, release.lua and inspect.lua; package lua puts this file
+-- in front of each of them. docs/PROTOCOL.md describes protocol 2.
 --
--- KEYS (the same nine, in this order, for every lanes script; all share
--- the namespace's hash tag, e.g. lanes:{ns}:entries):
---   1 entries    hash: entry id -> entry record (JSON, fields below)
---   2 queue      sorted set, all scores 0: every lane's FIFO queue at once;
---                member = key .. "\0" .. seq (16 zero-padded digits) .. "\0" .. id
---   3 holds      sorted set, all scores 0: member = key .. "\0" .. id
---   4 limits     hash: key -> limit, kept while the key has holders or waiters
---   5 deadlines  sorted set: entry id scored by its deadline (ms, Redis TIME)
---   6 tokens     hash: key -> last fencing token issued; never deleted
---   7 seq        string: the last sequence number; never deleted
---   8 nested     sorted set, all scores 0: member = ancestor .. "\0" .. id
---                for every ancestor in an entry's lineage
---   9 stats      hash: counts since the namespace was first used: expired
---                (holders whose lease expired), evicted (waiters that
---                expired); never deleted
--- ARGV[1] is always the prefix of the grant-hint channels; the owner id
--- is appended to it.
+-- KEYS (the same ten, in this order, for every lanes script; all share the
+-- namespace's hash tag, e.g. lanes:{ns}:entries). Keys 1 to 8 are the
+-- namespace's state: none carries a TTL, and each holds a marker (field or
+-- member "\0") while the namespace is in use, so a key that vanished
+-- (deleted, evicted) is seen by the next step, which resets the state
+-- (see check below). Keys 9 and 10 may vanish without harm.
+--   1 entries   hash: entry id -> entry record (JSON, fields below)
+--   2 queue     sorted set, scores 0: every lane's FIFO queue at once;
+--               member = key .. "\0" .. seq (16 zero-padded digits) .. "\0" .. id
+--   3 holds     sorted set, scores 0: member = key .. "\0" .. id for
+--               every holder of a key in its own right (not by re-entry)
+--   4 limits    hash: key -> limit, kept while the key has holders or waiters
+--   5 held      sorted set: holder id scored by its deadline (ms, Redis TIME)
+--   6 waiting   sorted set: waiter id scored by its deadline (ms)
+--   7 nested    sorted set, scores 0: member = ancestor .. "\0" .. id for
+--               every ancestor in an entry's lineage, and
+--               " " .. ancestor .. "\0" .. id for every ancestor the entry
+--               borrows a key from (ids hold no space, so the two never mix)
+--   8 meta      hash: v (data version), epoch (changes when the state is
+--               reset or first made), seq (the last sequence number),
+--               frozen (ms: no grant before then), maxttl (the longest TTL
+--               any entry was given, ms), and the counts expired (holders
+--               whose lease ran out), evicted (waiters that expired),
+--               revoked (borrowers whose lender's hold ended), resets
+--   9 tokens    hash: key -> last fencing token issued; never deleted
+--  10 tombs     sorted set: "s\0" .. id (released while its enqueue was
+--               unsettled) and "f\0" .. id (released by force), scored by
+--               when the tombstone lapses (ms)
+-- ARGV[1] is always the protocol version, ARGV[2] the prefix of the
+-- grant-hint channels: the owner id is appended to it, and the prefix
+-- alone is the namespace's channel, where a reset is announced.
 --
--- Entry record (the value in entries, without its id): {o = owner id, h = host, p = pid, c = call id,
--- t = tool, n = tenant, l = lineage (list of ids, absent when empty),
--- k = lanes (list of {key, limit}), s = "w" (waiting) or "h" (held),
--- q = sequence number, e = enqueued (ms), g = granted (ms),
--- x = tokens ({key = "decimal token"}, once held), r = borrowed keys
--- ({key = ancestor id}: keys taken by re-entry, neither queued nor held
--- by the entry itself; absent when none)}.
+-- Entry record (the value in entries, without its id): {o = owner id,
+-- h = host, p = pid, c = call id, t = tool, n = tenant (strings, absent
+-- when empty), l = lineage (list of ids, absent when empty), k = lanes
+-- (list of {key, limit}), s = "w" (waiting) or "h" (held), q = sequence
+-- number, e = enqueued (ms), g = granted (ms), x = tokens ({key = "decimal
+-- token"}, once held), r = borrowed keys ({key = ancestor id}: keys taken by
+-- re-entry, neither queued nor held by the entry itself; absent when none)}.
 
-if #KEYS ~= 9 then
-  return redis.error_reply('LANES_BADARG expected 9 keys, got ' .. #KEYS)
+-- The bounds. package lanes has the same constants (a test compares them).
+local PROTOCOL = '2'
+local MAX_KEY_LEN = 512       -- bytes in a lane key
+local MAX_ID_LEN = 256        -- bytes in an entry or owner id
+local MAX_FIELD_LEN = 256     -- bytes in a call id, tool, tenant or host
+local MAX_LANES = 64          -- lanes in one request
+local MAX_LINEAGE = 64        -- ancestors in one request's lineage
+local MAX_LIMIT = 1073741824  -- holders one lane may allow (2^30)
+local MAX_STEP_REQUESTS = 1000 -- requests (or ids) in one step
+local MAX_STEP_LANES = 4096   -- lanes in one enqueue step
+local MAX_TTL = 3600000       -- ms
+local MAX_SEQ = 999999999999999 -- sequence numbers stay exact doubles in 16 digits
+local CYCLE_VISITS = 200      -- entries one cycle search loads, at most
+local REAP_MAX = 100          -- expired entries one step removes, at most
+local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
+
+if #KEYS ~= 10 then
+  return redis.error_reply('LANES_BADARG keys expected 10 keys, got ' .. #KEYS)
 end
-local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_TOKENS, K_SEQ, K_NESTED, K_STATS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local CYCLE_MAX = 10000 -- entries a cycle search visits, at most
-local WAKE = ARGV[1]
-local REAP_MAX = 100 -- expired entries removed by one step, at most
+if ARGV[1] ~= PROTOCOL then
+  return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' ' .. tostring(ARGV[1]))
+end
+local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED, K_META, K_TOKENS, K_TOMBS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local WAKE = ARGV[2]
 
 local NOW
 do
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Input checks, the same rules as package lanes.
+local function utf8_ok(s)
+  -- valid UTF-8 without control characters (C0, DEL, C1)
+  if string.find(s, '[%z\1-\31\127]') then return false end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, min
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len, min = 2, 128
+    elseif c >= 224 and c <= 239 then len, min = 3, 2048
+    elseif c >= 240 and c <= 244 then len, min = 4, 65536
+    else return false end
+    if len > 1 then
+      if i + len - 1 > n then return false end
+      local cp = c % (2 ^ (7 - len))
+      for j = i + 1, i + len - 1 do
+        local b = string.byte(s, j)
+        if b < 128 or b > 191 then return false end
+        cp = cp * 64 + (b - 128)
+      end
+      if cp < min or cp > 1114111 or (cp >= 55296 and cp <= 57343) then return false end
+      if cp >= 128 and cp <= 159 then return false end -- C1 controls
+    end
+    i = i + len
+  end
+  return true
+end
+-- ids: 1 to MAX_ID_LEN bytes of printable ASCII without spaces
+local function id_ok(v)
+  return type(v) == 'string' and #v >= 1 and #v <= MAX_ID_LEN and not string.find(v, '[^\33-\126]')
+end
+local function key_ok(v)
+  return type(v) == 'string' and #v >= 1 and #v <= MAX_KEY_LEN and utf8_ok(v)
+end
+local function field_ok(v)
+  return v == nil or (type(v) == 'string' and #v <= MAX_FIELD_LEN and utf8_ok(v))
+end
+-- a whole number in [lo, hi] given as a decimal string or a number
+local function int_in(v, lo, hi)
+  local n = tonumber(v)
+  if type(v) == 'string' and not string.find(v, '^%-?%d+$') then return nil end
+  if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
+  return n
+end
+local function badarg(field, what)
+  return redis.error_reply('LANES_BADARG ' .. field .. ' ' .. what)
 end
 
 local function qmember(key, seq, id)
@@ -64,6 +145,81 @@ local function store(e)
   e.id = id
 end
 
+local function deadlines(e)
+  if e.s == 'h' then return K_HELD end
+  return K_WAITING
+end
+
+-- The namespace's state: the eight state keys exist together (each holds a
+-- marker), or none does. check returns the epoch, or nil for a namespace
+-- with no state; it resets a namespace of which some keys vanished.
+local STATE = {K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED, K_META}
+local EPOCH, FROZEN, MAXTTL
+
+local function mark()
+  redis.call('HSET', K_ENTRIES, '\0', '')
+  redis.call('ZADD', K_QUEUE, 0, '\0')
+  redis.call('ZADD', K_HOLDS, 0, '\0')
+  redis.call('HSET', K_LIMITS, '\0', '0')
+  redis.call('ZADD', K_HELD, '+inf', '\0')
+  redis.call('ZADD', K_WAITING, '+inf', '\0')
+  redis.call('ZADD', K_NESTED, 0, '\0')
+end
+
+-- reset makes an empty state with a new epoch. No grant happens before
+-- every lease the lost state could still hold has run out: the latest
+-- deadline known, else NOW plus the longest TTL given, else MAX_TTL. Every
+-- owner is told on the namespace's channel and finds its entries gone.
+local function reset()
+  local untl = NOW
+  local known = true -- every deadline is in held or waiting
+  for _, k in ipairs({K_HELD, K_WAITING}) do
+    if redis.call('EXISTS', k) == 1 then
+      local last = redis.call('ZREVRANGEBYSCORE', k, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if #last == 2 then untl = math.max(untl, tonumber(last[2])) end
+    else
+      known = false
+    end
+  end
+  if not known then
+    untl = math.max(untl, NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL))
+  end
+  redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED)
+  mark()
+  local epoch = string.format('%.0f', NOW) .. '.' .. redis.call('TIME')[2]
+  redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', epoch, 'frozen', string.format('%.0f', untl))
+  redis.call('HINCRBY', K_META, 'resets', 1)
+  redis.call('PUBLISH', WAKE, cjson.encode({reset = epoch}))
+  return epoch, untl
+end
+
+-- check reads the epoch and the end of a freeze. create: a namespace with
+-- no state gets one (an enqueue), and is announced, since an owner that
+-- holds entries of an earlier epoch must learn that they are gone.
+local function check(create)
+  local n = redis.call('EXISTS', unpack(STATE))
+  if n == 0 then
+    if not create then return nil end
+    mark()
+    EPOCH = string.format('%.0f', NOW) .. '.' .. redis.call('TIME')[2]
+    redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', EPOCH)
+    redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
+    FROZEN, MAXTTL = 0, 0
+    return EPOCH
+  end
+  if n < #STATE then
+    EPOCH, FROZEN = reset()
+    MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0
+    return EPOCH
+  end
+  local m = redis.call('HMGET', K_META, 'v', 'epoch', 'frozen', 'maxttl')
+  if m[1] ~= PROTOCOL then
+    return nil, redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:' .. tostring(m[1]))
+  end
+  EPOCH, FROZEN, MAXTTL = m[2], tonumber(m[3] or '0') or 0, tonumber(m[4] or '0') or 0
+  return EPOCH
+end
+
 -- entries granted by this step, which their owners must be told about, and
 -- {owner, id} pairs of entries removed or taken over on someone else's
 -- behalf, which their former owners must be told about
@@ -73,68 +229,58 @@ local function borrowed(e, key)
   return e.r and e.r[key]
 end
 
--- eligible: on every key of the waiting entry e, its holders plus the
--- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
--- A borrowed key needs no room while the ancestor still holds it; once the
--- ancestor let go, e joins that key's queue at its own sequence number.
-local function eligible(e)
-  for _, kl in ipairs(e.k) do
-    local key, limit = kl[1], kl[2]
-    local a = borrowed(e, key)
-    if a and not redis.call('ZSCORE', K_HOLDS, key .. '\0' .. a) then
-      e.r[key] = nil
-      if next(e.r) == nil then e.r = nil end
-      redis.call('ZADD', K_QUEUE, 0, qmember(key, e.q, e.id))
-      store(e)
-      a = nil
-    end
-    if not a then
-    local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-    local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
-    if held + ahead >= limit then return false end
-    end
+local function tokenize(key)
+  -- A token is above every token issued before for key, and above the
+  -- Redis clock in ms times 1024: a counter lost with the data (a restart
+  -- without persistence, a failover to a lagging replica) resumes above
+  -- every token it issued before the loss.
+  local tok = redis.call('HINCRBY', K_TOKENS, key, 1)
+  if tok < NOW * 1024 then
+    tok = NOW * 1024
+    redis.call('HSET', K_TOKENS, key, string.format('%.0f', tok))
   end
-  return true
+  return string.format('%.0f', tok)
 end
 
--- grant moves e from every queue (unqueued: it was never put in them) to
--- the holders and mints one token per key.
-local function grant(e, hint, unqueued)
+-- grant makes the entry e a holder of every key it named and mints one
+-- token per key. queued: e is in the queues (else it was never put in
+-- them); dl: its deadline.
+local function grant(e, queued, dl, hint)
   local tokens = {}
   for _, kl in ipairs(e.k) do
     local key = kl[1]
     local a = borrowed(e, key)
     if a then
-      local anc = load(a) -- the ancestor's slot and token
+      local anc = load(a) -- the lender's slot and token
       tokens[key] = anc and anc.x and anc.x[key] or '0'
     else
-    if not unqueued then redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id)) end
-    redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
-    -- A token is above every token issued before for key, and above the
-    -- Redis clock in ms times 1024: a counter lost with the data (a restart
-    -- without persistence, a failover to a lagging replica) resumes above
-    -- every token it issued before the loss.
-    local tok = redis.call('HINCRBY', K_TOKENS, key, 1)
-    if tok < NOW * 1024 then
-      tok = NOW * 1024
-      redis.call('HSET', K_TOKENS, key, string.format('%.0f', tok))
-    end
-    tokens[key] = string.format('%.0f', tok)
+      if queued then redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id)) end
+      redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
+      tokens[key] = tokenize(key)
     end
   end
+  if queued then redis.call('ZREM', K_WAITING, e.id) end
+  redis.call('ZADD', K_HELD, dl, e.id)
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
   if hint then granted[#granted + 1] = e end
 end
 
--- remove takes e out of the namespace and notes its keys in touched.
-local function remove(e, touched)
+-- remove takes e out of the namespace and notes its keys in touched. A
+-- holder's borrowers lose the keys they borrowed from it: a borrower that
+-- holds is removed as well (its owner is told), one that waits joins those
+-- keys' queues at its own sequence number (DESIGN.md invariant 10).
+local remove
+remove = function(e, touched)
   for _, a in ipairs(e.l or {}) do
     redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
   end
   for _, kl in ipairs(e.k) do
     local key = kl[1]
-    if not borrowed(e, key) then -- a borrowed key is neither queued nor held
+    local a = borrowed(e, key)
+    if a then
+      redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
+    else
       if e.s == 'h' then
         redis.call('ZREM', K_HOLDS, key .. '\0' .. e.id)
       else
@@ -144,59 +290,126 @@ local function remove(e, touched)
     end
   end
   redis.call('HDEL', K_ENTRIES, e.id)
-  redis.call('ZREM', K_DEADLINES, e.id)
-end
-
--- scan grants, on each touched key, the waiters that became eligible, and
--- forgets the limit of keys left with neither holders nor waiters. Only the
--- first (limit - holders) waiters of a key can be eligible on it, and a
--- grant frees nothing, so one pass per key is enough.
-local function scan(touched)
-  local keys = {}
-  for key in pairs(touched) do keys[#keys + 1] = key end
-  table.sort(keys)
-  for _, key in ipairs(keys) do
-    local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-    local room = touched[key] - held
-    local seen = 0
-    if room > 0 then
-      local members = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, room)
-      seen = #members
-      for _, m in ipairs(members) do
-        local id = string.sub(m, #key + 19)
-        local e = load(id)
-        -- An expired entry that this step did not reap (more than REAP_MAX
-        -- were due) is never granted; a later step removes it.
-        local dl = redis.call('ZSCORE', K_DEADLINES, id)
-        if e and dl and tonumber(dl) > NOW and eligible(e) then
-          grant(e, true)
-          held = held + 1
+  redis.call('ZREM', deadlines(e), e.id)
+  if e.s ~= 'h' then return end
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')) do
+    redis.call('ZREM', K_NESTED, m)
+    local b = load(string.sub(m, #e.id + 3))
+    if b and b.r then
+      if b.s == 'h' then
+        redis.call('HINCRBY', K_META, 'revoked', 1)
+        told[#told + 1] = {b.o, b.id}
+        remove(b, touched)
+      else
+        for key, a in pairs(b.r) do
+          if a == e.id then
+            b.r[key] = nil
+            redis.call('ZADD', K_QUEUE, 0, qmember(key, b.q, b.id))
+            for _, kl in ipairs(b.k) do
+              if kl[1] == key then touched[key] = kl[2] end
+            end
+          end
         end
+        if next(b.r) == nil then b.r = nil end
+        store(b)
       end
     end
-    -- With no holder left, nothing was granted; an empty first look at the
-    -- queue means it is empty: the key is idle and its limit is forgotten.
-    if held == 0 and seen == 0 and (room > 0 or redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0) then
-      redis.call('HDEL', K_LIMITS, key)
+  end
+end
+
+-- expire removes e, whose deadline passed, and counts it.
+local function expire(e, touched)
+  redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
+  remove(e, touched)
+end
+
+-- alive reports whether the waiter id's deadline has not passed.
+local function alive(id)
+  local dl = redis.call('ZSCORE', K_WAITING, id)
+  return dl and tonumber(dl) > NOW
+end
+
+-- eligible: on every key of the waiting entry e, its holders plus the
+-- entries queued before e are fewer than the limit (DESIGN.md invariant 2).
+local function eligible(e)
+  for _, kl in ipairs(e.k) do
+    local key, limit = kl[1], kl[2]
+    if not borrowed(e, key) then
+      local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+      local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
+      if held + ahead >= limit then return false end
+    end
+  end
+  return true
+end
+
+-- scan grants, on each touched key, the waiters that became eligible, in
+-- queue order, and forgets the limit of keys left with neither holders nor
+-- waiters. Only the first (limit - holders) live waiters of a key can be
+-- eligible on it, and a grant frees nothing, so one pass per key is
+-- enough. A waiter found expired on the way is removed (its keys join the
+-- scan). Nothing is granted while the namespace is frozen.
+local function scan(touched)
+  local done, budget = {}, SCAN_MAX * 4
+  while budget > 0 do
+    local keys = {}
+    for key in pairs(touched) do
+      if not done[key] then keys[#keys + 1] = key end
+    end
+    if #keys == 0 then return end
+    table.sort(keys)
+    for _, key in ipairs(keys) do
+      done[key] = true
+      local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+      local room = touched[key] - held
+      local looked, from = 0, lo(key)
+      while room > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
+        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room)
+        if #members == 0 then break end
+        for _, m in ipairs(members) do
+          looked, budget = looked + 1, budget - 1
+          from = '(' .. m
+          local e = load(string.sub(m, #key + 19))
+          if not e then
+            redis.call('ZREM', K_QUEUE, m) -- a leftover without a record
+          elseif not alive(e.id) then
+            expire(e, touched)
+            for _, kl in ipairs(e.k) do -- its other keys may have room now
+              if kl[1] ~= key then done[kl[1]] = nil end
+            end
+          else
+            room = room - 1
+            if eligible(e) then
+              grant(e, true, redis.call('ZSCORE', K_WAITING, e.id), true)
+            end
+          end
+        end
+      end
+      if redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
+        and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0 then
+        redis.call('HDEL', K_LIMITS, key)
+      end
     end
   end
 end
 
--- reap removes entries whose deadline passed, holders and waiters alike,
--- and grants what that frees.
+-- reap removes up to REAP_MAX entries whose deadline passed, holders
+-- first (a dead holder blocks its keys; a dead waiter only those behind
+-- it, and scan passes over it), and grants what that frees. It returns
+-- whether it removed every expired one.
 local function reap()
-  local touched = {}
-  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', NOW, 'LIMIT', 0, REAP_MAX)
-  for _, id in ipairs(ids) do
-    local e = load(id)
-    if e then
-      redis.call('HINCRBY', K_STATS, e.s == 'h' and 'expired' or 'evicted', 1)
-      remove(e, touched)
-    else
-      redis.call('ZREM', K_DEADLINES, id)
+  local touched, left = {}, REAP_MAX
+  for _, k in ipairs({K_HELD, K_WAITING}) do
+    local ids = redis.call('ZRANGEBYSCORE', k, '-inf', NOW, 'LIMIT', 0, left)
+    for _, id in ipairs(ids) do
+      local e = load(id)
+      if e then expire(e, touched) else redis.call('ZREM', k, id) end
     end
+    left = left - #ids
+    if left == 0 then break end
   end
   scan(touched)
+  return left > 0
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},
@@ -221,89 +434,11 @@ local function status(e, positions)
   return {e.id, 'w', detail, e.q}
 end
 
--- waits_for lists what entry x waits for, as {id, kind, key}: kind "h" a
--- holder and "q" an entry queued before x on a key x is queued on; kind "n"
--- a nested call started under x, which x cannot finish before.
-local function waits_for(x)
-  local out = {}
-  if x.s == 'w' then
-    for _, kl in ipairs(x.k) do
-      local key = kl[1]
-      if not borrowed(x, key) then
-        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key))) do
-          out[#out + 1] = {string.sub(m, #key + 2), 'h', key}
-        end
-        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), '(' .. qmember(key, x.q, x.id))) do
-          out[#out + 1] = {string.sub(m, #key + 19), 'q', key}
-        end
-      end
-    end
-  end
-  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, lo(x.id), hi(x.id))) do
-    out[#out + 1] = {string.sub(m, #x.id + 2), 'n', ''}
-  end
-  return out
-end
-
-local function wait_words(from, kind, key, to)
-  if kind == 'n' then return from .. ' waits for its nested call ' .. to end
-  if kind == 'h' then return from .. ' waits for key "' .. key .. '" held by ' .. to end
-  return from .. ' waits for key "' .. key .. '" behind ' .. to
-end
-
--- cycle searches, breadth first, whether the waiting entry r waits (through
--- holders, earlier waiters and nested calls) for one of its own ancestors,
--- which wait for r (DESIGN.md invariant 11). It returns the shortest such
--- cycle in words, its entries and its keys, or nil.
-local function cycle(r)
-  local ancestor = {}
-  for _, a in ipairs(r.l or {}) do ancestor[a] = true end
-  local prev, seen = {}, {[r.id] = true}
-  local queue, head = {r}, 1
-  while head <= #queue and head <= CYCLE_MAX do
-    local x = queue[head]
-    head = head + 1
-    for _, ed in ipairs(waits_for(x)) do
-      local y = ed[1]
-      if not seen[y] then
-        seen[y] = true
-        prev[y] = {x.id, ed[2], ed[3]}
-        if ancestor[y] then
-          local steps, cur = {}, y
-          while cur ~= r.id do
-            table.insert(steps, 1, {cur, prev[cur][2], prev[cur][3]})
-            cur = prev[cur][1]
-          end
-          local words, entries, keys, from = {}, {r.id}, {}, r.id
-          for _, s in ipairs(steps) do
-            words[#words + 1] = wait_words(from, s[2], s[3], s[1])
-            entries[#entries + 1] = s[1]
-            if s[3] ~= '' then keys[#keys + 1] = s[3] end
-            from = s[1]
-          end
-          words[#words + 1] = wait_words(from, 'n', '', r.id)
-          return table.concat(words, '; '), entries, keys
-        end
-        local ye = load(y)
-        if ye then queue[#queue + 1] = ye end
-      end
-    end
-  end
-  return nil
-end
-
 -- finish publishes one hint per owner, a JSON list: {"id", "q": sequence
 -- number, "x": tokens, "g": grant time (ms)} for each of its entries this
--- step granted (the
--- owner may take the grant from it without asking), {"id"} for each removed
--- or taken over by someone else (the owner asks). When extend is set (a
--- heartbeat: every live process runs one each TTL/3) it sets the
--- safety-net TTL of every state key to a minute past the latest deadline,
--- so a namespace whose every process died is cleaned up even if nobody
--- calls again. (A key created after the last heartbeat, or an entry whose
--- process died before its first heartbeat, waits for the next heartbeat
--- or step of its namespace.) Tokens, seq and stats never expire.
-local function finish(extend)
+-- step granted (the owner may take the grant from it without asking), and
+-- {"id"} for each removed or taken over by someone else (the owner asks).
+local function finish()
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then
@@ -316,13 +451,5 @@ local function finish(extend)
   for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
-  end
-  if not extend then return end
-  local last = redis.call('ZRANGE', K_DEADLINES, -1, -1, 'WITHSCORES')
-  if #last == 2 then
-    local want = math.max(tonumber(last[2]) - NOW, 0) + 60000
-    for _, k in ipairs({K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_DEADLINES, K_NESTED}) do
-      redis.call('PEXPIRE', k, want)
-    end
   end
 end

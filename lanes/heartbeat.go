@@ -1,0 +1,342 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The heartbeat and hint machinery of a Session: every entry it keeps alive
+// has a local deadline and a timer; one loop renews them all each interval,
+// and at once for the entries a hint named.
+
+// track starts keeping e alive. s.mu is held.
+func (s *Session) track(e *entry, sent time.Time) {
+	e.deadline = sent.Add(s.ttl - s.margin)
+	e.timer = time.AfterFunc(time.Until(e.deadline), func() { s.expire(e) })
+	s.entries[e.id] = e
+}
+
+// untrack stops keeping e alive. s.mu is held.
+func (s *Session) untrack(e *entry) {
+	e.finished = true
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	delete(s.entries, e.id)
+	delete(s.hinted, e.id)
+}
+
+// applyStatus brings e up to the Status a step sent at sent returned.
+// Entries only move forward, so a stale Status (Waiting after Held)
+// changes nothing. s.mu is held.
+func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) {
+	if e.finished {
+		return
+	}
+	if st.Err != nil {
+		s.untrack(e)
+		s.endWait(e, st.Err)
+		return
+	}
+	switch st.State {
+	case Held:
+		if e.lease == nil {
+			s.grant(e, st.Tokens, polled)
+		}
+		s.renew(e, sent)
+	case Waiting:
+		if e.lease == nil {
+			s.renew(e, sent)
+		}
+	case Gone:
+		why := "expired, or released by force"
+		if e.epoch != "" && st.Epoch != e.epoch {
+			why = resetWords
+		}
+		if e.lease != nil {
+			s.lose(e, fmt.Errorf("%w: entry %s is no longer held by the backend (%s)", ErrLeaseLost, e.id, why))
+		} else {
+			s.fail(e, fmt.Errorf("%w: entry %s was evicted from its queues (%s, or taken over by another owner)", ErrLeaseLost, e.id, why))
+		}
+	}
+}
+
+const resetWords = "the backend's state was reset: part of it vanished, or Redis lost its data"
+
+// noteEpoch reads the epoch of a step's statuses: when the backend's state
+// was reset or lost since, every entry of an earlier epoch is gone, even
+// those the step did not name. s.mu is held.
+func (s *Session) noteEpoch(sts []Status) {
+	if len(sts) == 0 || sts[0].Epoch == "" || sts[0].Epoch == s.epoch {
+		return
+	}
+	now := sts[0].Epoch
+	old := s.epoch
+	s.epoch = now
+	if old == "" {
+		return
+	}
+	for _, e := range s.entries {
+		if !e.pending && e.epoch != "" && e.epoch != now {
+			s.applyStatus(e, Status{ID: e.id, State: Gone, Epoch: now}, time.Time{}, false)
+		}
+	}
+}
+
+// renew moves e's local deadline to TTL minus margin after sent. s.mu is held.
+func (s *Session) renew(e *entry, sent time.Time) {
+	if d := sent.Add(s.ttl - s.margin); d.After(e.deadline) {
+		e.deadline = d
+		e.timer.Reset(time.Until(d))
+	}
+}
+
+// expire runs when e's local deadline passes without a renewal.
+func (s *Session) expire(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.finished || time.Now().Before(e.deadline) {
+		return
+	}
+	// Whose fault: a heartbeat that failed to reach the backend, or one
+	// still unanswered while this timer fires on time, means the backend; a
+	// timer that fires well after its time means this process was stopped
+	// or starved.
+	why := "no heartbeat reached the backend within the TTL"
+	unreachable := e.pending
+	switch late := time.Since(e.deadline); {
+	case s.lastErr != nil:
+		why += "; last heartbeat: " + s.lastErr.Error()
+		unreachable = errors.Is(s.lastErr, ErrUnavailable)
+	case late > s.margin:
+		why += fmt.Sprintf(" (this process did not run for %v: stopped or starved)", late.Round(time.Millisecond))
+	case e.pending:
+		why = "its enqueue step got no answer within the TTL"
+	case !s.inflight.IsZero():
+		why += fmt.Sprintf("; the heartbeat sent %v ago has no answer", time.Since(s.inflight).Round(time.Millisecond))
+		unreachable = true
+	default:
+		why += " (this process did not renew in time)"
+	}
+	switch {
+	case e.lease != nil:
+		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
+	case unreachable:
+		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrUnavailable, e.id, why))
+	default:
+		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrLeaseLost, e.id, why))
+	}
+}
+
+// grant turns the waiting entry e into a lease. polled says the grant was
+// found by a periodic heartbeat, not at enqueue or after a hint. s.mu is held.
+func (s *Session) grant(e *entry, tokens map[string]uint64, polled bool) {
+	endSpan(e.span, "granted", nil)
+	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeGranted)
+	s.tel.count(s.tel.grants)
+	if polled {
+		s.tel.count(s.tel.polls)
+	}
+	values, span := s.tel.startHold(e.ctx, e.id, tokens)
+	e.lease = newLease(s, e, tokens, values)
+	e.lease.span = span
+	close(e.ready)
+}
+
+// endWait ends the wait of e without a grant, with err. s.mu is held.
+func (s *Session) endWait(e *entry, err error) {
+	e.err = err
+	close(e.ready)
+	if e.span == nil {
+		return
+	}
+	outcome := "error"
+	switch {
+	case errors.Is(err, ErrCanceled):
+		outcome = "cancelled"
+	case errors.Is(err, ErrWaitTimeout):
+		outcome = "timed_out"
+	case errors.Is(err, ErrLeaseLost):
+		outcome = "evicted"
+		s.tel.count(s.tel.evict)
+	case errors.Is(err, ErrClosed):
+		outcome = "closed"
+	}
+	endSpan(e.span, outcome, err)
+	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeFailed)
+}
+
+// lose ends e's lease as lost and gives its slots back in the background, so
+// they pass on before the TTL when the backend is reachable. s.mu is held.
+func (s *Session) lose(e *entry, cause error) {
+	s.untrack(e)
+	e.lease.markLost(cause)
+	s.releaseLater(e.id)
+}
+
+// fail ends the wait of e with err. An entry whose Enqueue step has not
+// answered is settled by that step, never released here: a release could
+// reach the backend before the step and be undone by it. s.mu is held.
+func (s *Session) fail(e *entry, err error) {
+	s.untrack(e)
+	s.endWait(e, err)
+	if !e.pending {
+		s.releaseLater(e.id)
+	}
+}
+
+// releaseLater releases ids in the background, best effort: the TTL ends
+// them anyway. s.mu is held; after Close it does nothing, as Close releases
+// every entry.
+func (s *Session) releaseLater(ids ...string) {
+	if s.closed {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
+		defer cancel()
+		_ = retry(ctx, s.interval, func(ctx context.Context) error {
+			_, err := s.b.Release(ctx, s.owner.ID, ids)
+			return err
+		})
+	}()
+}
+
+// release removes id from the backend on a context detached from ctx's
+// cancellation, bounded by the release timeout, trying again while the
+// backend cannot be reached. It reports what the entry was, and whether an
+// operator had released it by force.
+func (s *Session) release(ctx context.Context, id string) (was State, forced bool, err error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
+	defer cancel()
+	var r Released
+	err = retry(ctx, s.interval, func(ctx context.Context) error {
+		var err error
+		r, err = s.b.Release(ctx, s.owner.ID, []string{id})
+		return err
+	})
+	if err != nil {
+		return Gone, false, err
+	}
+	if len(r.Was) != 1 {
+		return Gone, false, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(r.Was))
+	}
+	return r.Was[0], len(r.Forced) == 1 && r.Forced[0], nil
+}
+
+// hint is the Backend's hint about some entries. A grant of a waiting entry
+// whose sequence number it knows is taken at once, provided the entry's
+// local deadline has not passed (a process stopped past it may have lost
+// the grant meanwhile): the grant did not move the entry's deadline, so the
+// local one stays right. Any other hint wakes the loop to poll those
+// entries; one with an empty ID, every entry.
+func (s *Session) hint(hints []Hint) {
+	s.mu.Lock()
+	n := 0
+	for _, h := range hints {
+		if h.ID == "" {
+			s.pollAll = true
+			n++
+			continue
+		}
+		e := s.entries[h.ID]
+		switch {
+		case e == nil, h.Tokens != nil && e.lease != nil:
+		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline):
+			s.grant(e, h.Tokens, false)
+			if !h.Granted.IsZero() {
+				s.tel.record(s.tel.handoff, seconds(max(time.Since(h.Granted), 0)), outcomeGranted)
+			}
+		default:
+			s.hinted[h.ID] = true
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n > 0 {
+		s.wake()
+	}
+}
+
+// wake asks the loop to poll the hinted entries.
+func (s *Session) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop renews every entry each interval, and polls hinted ones at once.
+func (s *Session) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.beat(false)
+		case <-s.kick:
+			s.beat(true)
+		}
+	}
+}
+
+// beat runs Heartbeat steps for every entry, or for the hinted ones, in
+// pieces of beatPiece ids.
+func (s *Session) beat(hintedOnly bool) {
+	s.mu.Lock()
+	if s.pollAll {
+		hintedOnly, s.pollAll = false, false
+	}
+	var ids []string
+	for id, e := range s.entries {
+		if !e.pending && (!hintedOnly || s.hinted[id]) {
+			ids = append(ids, id)
+		}
+	}
+	for id := range s.hinted {
+		if e := s.entries[id]; e == nil || !e.pending {
+			delete(s.hinted, id)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(ids)
+	for piece := range slices.Chunk(ids, beatPiece) {
+		s.beatStep(piece, hintedOnly)
+	}
+}
+
+// beatStep runs one Heartbeat step for ids, hinted ones or every one.
+func (s *Session) beatStep(ids []string, hinted bool) {
+	sent := time.Now()
+	s.mu.Lock()
+	s.inflight = sent
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.ttl-s.margin)
+	sts, err := s.b.Heartbeat(ctx, s.owner.ID, s.ttl, ids)
+	cancel()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inflight = time.Time{}
+	if err == nil && len(sts) != len(ids) {
+		err = fmt.Errorf("%w: backend answered %d statuses for %d entries", ErrUnavailable, len(sts), len(ids))
+	}
+	s.lastErr = err
+	if err != nil {
+		s.tel.count(s.tel.beatFails)
+		return // the entries' timers report what this costs
+	}
+	for _, st := range sts {
+		if e := s.entries[st.ID]; e != nil {
+			s.applyStatus(e, st, sent, !hinted)
+		}
+	}
+	s.noteEpoch(sts)
+}
