@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
 
@@ -21,8 +22,9 @@ const (
 	replyCorrupt = "LANES_CORRUPT "
 )
 
-// MaxNamespaceLen is the longest namespace NewRedisGuard accepts, in bytes.
-const MaxNamespaceLen = 128
+// MaxNamespaceLen is the longest namespace NewRedisGuard accepts, in bytes:
+// lanes.MaxNamespaceLen, since a guard shares its namespace with the lanes.
+const MaxNamespaceLen = lanes.MaxNamespaceLen
 
 // RedisGuard is a Guard kept in Redis, for resources written by many
 // processes or machines. All resources of one namespace live in one hash,
@@ -56,16 +58,11 @@ func NewRedisGuard(c redis.Scripter, namespace string) (*RedisGuard, error) {
 	return &RedisGuard{c: c, key: "lanes:fence:{" + namespace + "}"}, nil
 }
 
-// validateNamespace checks a namespace: 1..MaxNamespaceLen bytes from '!'
-// to '~', without '{' or '}' (they would break the hash tag).
+// validateNamespace checks a namespace by the rule of package lanes
+// (lanes.ValidateNamespace): one rule for every package that names one.
 func validateNamespace(ns string) error {
-	if ns == "" || len(ns) > MaxNamespaceLen {
-		return fmt.Errorf("%w namespace %.40q: %d bytes, want 1 to %d", ErrInvalid, ns, len(ns), MaxNamespaceLen)
-	}
-	for i := 0; i < len(ns); i++ {
-		if b := ns[i]; b <= ' ' || b > '~' || b == '{' || b == '}' {
-			return fmt.Errorf("%w namespace %q: byte %q at %d; want printable ASCII without spaces or braces", ErrInvalid, ns, b, i)
-		}
+	if err := lanes.ValidateNamespace(ns); err != nil {
+		return fmt.Errorf("%w %w", ErrInvalid, err)
 	}
 	return nil
 }

@@ -362,7 +362,9 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 // settles the ids that may be in the backend, and returns the error
 // Enqueue reports.
 func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []string, err error) error {
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("%w; the enqueue step failed: %w", s.waitError(ctx), err)
+	} else if ctx.Err() != nil {
 		err = s.waitError(ctx)
 	}
 	s.mu.Lock()

@@ -1,12 +1,16 @@
 package redislane_test
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/fencing"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/redislane"
 	"github.com/lanes-dev/lanes/scripts/lua"
@@ -46,5 +50,23 @@ func TestBoundsMatchGo(t *testing.T) {
 	}
 	if lua["PROTOCOL"] != redislane.Protocol {
 		t.Errorf("lib.lua: PROTOCOL = %q; redislane.Protocol = %q", lua["PROTOCOL"], redislane.Protocol)
+	}
+}
+
+// TestNamespaceRuleIsOne: redislane and the Redis fencing guard accept and
+// refuse the same namespaces (issue 10: the guard refused "é-ns", which the
+// backend and lanectl accepted).
+func TestNamespaceRuleIsOne(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer c.Close()
+	for _, ns := range []string{"prod", "é-ns", "a b", "{x}", "", strings.Repeat("n", 128), strings.Repeat("n", 129), "tenant/42:eu"} {
+		_, errB := redislane.New(c, ns)
+		_, errG := fencing.NewRedisGuard(c, ns)
+		if (errB == nil) != (errG == nil) {
+			t.Errorf("namespace %q: redislane.New = %v, fencing.NewRedisGuard = %v; want the same answer", ns, errB, errG)
+		}
+		if errB != nil && !errors.Is(errB, lanes.ErrInvalid) {
+			t.Errorf("namespace %q: redislane.New = %v; want ErrInvalid", ns, errB)
+		}
 	}
 }

@@ -71,6 +71,17 @@ func Run(t *testing.T, h Harness) {
 		{"CloseReleasesEverything", testClose},
 		{"InvalidInput", testInvalid},
 		{"RandomHistory", testRandomHistory},
+		{"MixedTTLs", testMixedTTLs},
+		{"IDBoundToRequest", testIDBoundToRequest},
+		{"DuplicateIDsInOneStep", testDuplicateIDsInOneStep},
+		{"BorrowerEndsWithLender", testBorrowerEndsWithLender},
+		{"RefusedCycleKeepsLimits", testRefusedCycleKeepsLimits},
+		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
+		{"SettledIDRefused", testSettledIDRefused},
+		{"ForcedReleaseIsTold", testForcedReleaseIsTold},
+		{"LostReleaseReplyIsSuccess", testLostReleaseReplyIsSuccess},
+		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
+		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,10 +68,11 @@ local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED, K_META
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local WAKE = ARGV[2]
 
-local NOW
+local NOW, NOW_US -- the Redis clock, in ms and in µs
 do
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
 -- Input checks, the same rules as package lanes.
@@ -168,25 +169,20 @@ end
 
 -- reset makes an empty state with a new epoch. No grant happens before
 -- every lease the lost state could still hold has run out: the latest
--- deadline known, else NOW plus the longest TTL given, else MAX_TTL. Every
--- owner is told on the namespace's channel and finds its entries gone.
+-- holder deadline, else (when the held key is what vanished) NOW plus the
+-- longest TTL given, else MAX_TTL. Every owner is told on the namespace's
+-- channel and finds its entries gone.
 local function reset()
   local untl = NOW
-  local known = true -- every deadline is in held or waiting
-  for _, k in ipairs({K_HELD, K_WAITING}) do
-    if redis.call('EXISTS', k) == 1 then
-      local last = redis.call('ZREVRANGEBYSCORE', k, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      if #last == 2 then untl = math.max(untl, tonumber(last[2])) end
-    else
-      known = false
-    end
-  end
-  if not known then
-    untl = math.max(untl, NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL))
+  if redis.call('EXISTS', K_HELD) == 1 then
+    local last = redis.call('ZREVRANGEBYSCORE', K_HELD, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #last == 2 then untl = math.max(untl, tonumber(last[2])) end
+  else
+    untl = NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL)
   end
   redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED)
   mark()
-  local epoch = string.format('%.0f', NOW) .. '.' .. redis.call('TIME')[2]
+  local epoch = string.format('%.0f', NOW_US)
   redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', epoch, 'frozen', string.format('%.0f', untl))
   redis.call('HINCRBY', K_META, 'resets', 1)
   redis.call('PUBLISH', WAKE, cjson.encode({reset = epoch}))
@@ -201,7 +197,7 @@ local function check(create)
   if n == 0 then
     if not create then return nil end
     mark()
-    EPOCH = string.format('%.0f', NOW) .. '.' .. redis.call('TIME')[2]
+    EPOCH = string.format('%.0f', NOW_US)
     redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', EPOCH)
     redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
     FROZEN, MAXTTL = 0, 0
@@ -230,13 +226,16 @@ local function borrowed(e, key)
 end
 
 local function tokenize(key)
-  -- A token is above every token issued before for key, and above the
-  -- Redis clock in ms times 1024: a counter lost with the data (a restart
-  -- without persistence, a failover to a lagging replica) resumes above
-  -- every token it issued before the loss.
+  -- A token is above every token issued before for key, and at least the
+  -- Redis clock in ms times 1024 (counted in µs: 1.024 per µs): a counter
+  -- lost with the data (a restart without persistence, a failover to a
+  -- lagging replica) resumes above every token it issued before the loss,
+  -- as long as the clock does not go back and fewer than one token per µs
+  -- was issued on average.
   local tok = redis.call('HINCRBY', K_TOKENS, key, 1)
-  if tok < NOW * 1024 then
-    tok = NOW * 1024
+  local floor = math.floor(NOW_US * 1.024)
+  if tok < floor then
+    tok = floor
     redis.call('HSET', K_TOKENS, key, string.format('%.0f', tok))
   end
   return string.format('%.0f', tok)

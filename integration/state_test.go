@@ -1,0 +1,274 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redistest"
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// The cases of issue 10 that need a Redis server: state keys deleted or
+// evicted one at a time, a server that lost its data, and eviction policies.
+
+func newSession(t *testing.T, b lanes.Backend, opts ...lanes.Option) *lanes.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := lanes.NewSession(ctx, b, opts...)
+	if err != nil {
+		t.Fatalf("NewSession() = %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func bounded(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Real Redis: whichever state key vanishes (DEL, as eviction would), the
+// next step resets the namespace: the holder is told at once that its lease
+// ended, and no one is granted its key before the holder's deadline in the
+// backend has passed; then the key is granted again (not wedged).
+func TestStateKeyDeletedRealRedis(t *testing.T) {
+	c := redistest.Client(t)
+	for i, name := range []string{"entries", "queue", "holds", "limits", "held", "waiting", "nested", "meta"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := redistest.Backend(t, c, "it-del-")
+			const ttl = 1500 * time.Millisecond
+			a := newSession(t, b, lanes.WithTTL(ttl))
+			la, err := a.Acquire(bounded(t, 5*time.Second), lanes.Request{ID: "A", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A waiter too, so that queue, waiting and nested hold members.
+			w := newSession(t, b, lanes.WithTTL(ttl))
+			if _, err := w.Enqueue(bounded(t, 5*time.Second), lanes.Request{ID: "W", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}, Lineage: []string{"P"}}); err != nil {
+				t.Fatal(err)
+			}
+			snap, err := b.Inspect(bounded(t, 5*time.Second), []string{"K"})
+			if err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
+				t.Fatalf("Inspect(K) = %+v, %v", snap, err)
+			}
+			expires := snap.Keys[0].Holders[0].Expires
+			if err := c.Del(context.Background(), b.Keys()[i]).Err(); err != nil {
+				t.Fatal(err)
+			}
+			bs := newSession(t, b)
+			tk, err := bs.Enqueue(bounded(t, 5*time.Second), lanes.Request{ID: "B", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+			if err != nil {
+				t.Fatalf("Enqueue(B) after %s vanished = %v", name, err)
+			}
+			select {
+			case <-la.Lost():
+			case <-time.After(ttl): // its local deadline is later than the reset's announcement
+				t.Fatalf("after %s vanished, A was not told its lease ended", name)
+			}
+			lb, err := tk[0].Wait(bounded(t, 20*time.Second))
+			if err != nil {
+				t.Fatalf("B after the reset = %v; want granted once A's lease ran out", err)
+			}
+			snap, err = b.Inspect(bounded(t, 5*time.Second), []string{"K"})
+			if err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
+				t.Fatalf("Inspect(K) = %+v, %v", snap, err)
+			}
+			if granted := snap.Keys[0].Holders[0].Granted; granted.Before(expires) {
+				t.Fatalf("B was granted K at %v, before A's lease ended at %v", granted, expires)
+			}
+			if snap.Stats.Resets != 1 {
+				t.Errorf("Stats.Resets = %d; want 1", snap.Stats.Resets)
+			}
+			if err := lb.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Private redis-server: a server that lost its data (FLUSHALL, or a restart
+// without persistence) is recognised at the next step: the holder hears of
+// it through the namespace's channel, well before its next heartbeat. (The
+// new holder may be granted before that: a known limit, which the fencing
+// tokens cover; they keep growing across the loss.)
+func TestDataLossAnnouncedRealRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	c := srv.Client()
+	b, err := redislane.New(c, "loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	a := newSession(t, b, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	la, err := a.Acquire(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lb, err := newSession(t, b).Acquire(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-la.Lost():
+	case <-time.After(5 * time.Second): // the next heartbeat is 20s away
+		t.Fatal("the holder did not hear within 5s that Redis lost its data")
+	}
+	if !strings.Contains(la.Err().Error(), "reset") {
+		t.Errorf("A.Err() = %v; want it to say the state was reset", la.Err())
+	}
+	if lb.Token("K") <= la.Token("K") {
+		t.Errorf("the token after the loss %d is not above the one before %d", lb.Token("K"), la.Token("K"))
+	}
+	_ = lb.Release(context.Background())
+}
+
+// Private redis-servers: a Session refuses a server whose maxmemory-policy
+// may evict keys without a TTL, unless asked not to; noeviction and the
+// volatile-* policies pass (the lanes' keys carry no TTL).
+func TestEvictionPolicyRealRedis(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		refuse bool
+	}{{"allkeys-lru", true}, {"allkeys-random", true}, {"volatile-lru", false}, {"noeviction", false}} {
+		t.Run(c.policy, func(t *testing.T) {
+			srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", c.policy}})
+			b, err := redislane.New(srv.Client(), "evict")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			s, err := lanes.NewSession(bounded(t, 5*time.Second), b)
+			if s != nil {
+				s.Close()
+			}
+			if c.refuse != errors.Is(err, redislane.ErrEvictable) {
+				t.Fatalf("NewSession() = %v; want refused %v", err, c.refuse)
+			}
+			if !c.refuse {
+				return
+			}
+			b2, _ := redislane.New(srv.Client(), "evict", redislane.WithEvictionAllowed())
+			t.Cleanup(func() { b2.Close() })
+			s, err = lanes.NewSession(bounded(t, 5*time.Second), b2)
+			if err != nil {
+				t.Fatalf("NewSession(WithEvictionAllowed) = %v", err)
+			}
+			s.Close()
+		})
+	}
+}
+
+// Private redis-server with maxmemory and volatile-lru under cache
+// pressure (issue 10): the cache's keys with a TTL are evicted, the lanes'
+// keys (no TTL) never are: the lease holds, the waiter waits, no reset.
+func TestCachePressureVolatileLRURealRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"}})
+	c := srv.Client()
+	b, err := redislane.New(c, "pressure")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := newSession(t, b, lanes.WithTTL(2*time.Second))
+	l, err := s.Acquire(bounded(t, 5*time.Second), lanes.Request{ID: "A", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newSession(t, b).Enqueue(bounded(t, 5*time.Second), lanes.Request{ID: "W", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	value := strings.Repeat("x", 4096)
+	for i := range 3000 { // 12 MB of cache entries with a TTL into 4 MB
+		if err := c.Set(ctx, fmt.Sprintf("cache:%d", i), value, time.Hour).Err(); err != nil {
+			t.Fatalf("SET cache:%d = %v", i, err)
+		}
+	}
+	if n, _ := c.DBSize(ctx).Result(); n >= 3000 {
+		t.Fatalf("DBSIZE %d: nothing was evicted; the test did not put Redis under pressure", n)
+	}
+	time.Sleep(3 * time.Second) // more than a TTL: the lease lives by its heartbeats alone
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lease under cache pressure: %v", err)
+	}
+	select {
+	case <-w[0].Ready():
+		t.Fatal("the waiter was granted while the holder holds")
+	default:
+	}
+	snap, err := b.Inspect(bounded(t, 5*time.Second), nil)
+	if err != nil || snap.Stats.Resets != 0 {
+		t.Fatalf("Inspect() = %+v, %v; want no reset", snap, err)
+	}
+	_ = l.Release(ctx)
+	lw, err := w[0].Wait(bounded(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = lw.Release(ctx)
+}
+
+// Private redis-server with busy-reply-threshold lowered, as operators do:
+// while another client's script holds the server, lanes' steps get BUSY;
+// they are sent again, so a release reports success and its lane passes.
+func TestBusyRetriedRealRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--busy-reply-threshold", "20"}})
+	c := srv.Client()
+	b, err := redislane.New(c, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := newSession(t, b)
+	l, err := s.Acquire(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newSession(t, b).Enqueue(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	side := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { side.Close() })
+	done := make(chan error, 1)
+	go func() {
+		// A read-only script that spins for 700ms of the server's clock.
+		done <- side.Eval(context.Background(), `local t0 = redis.call('TIME')
+while true do
+  local t = redis.call('TIME')
+  if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 700000 then return 1 end
+end`, nil).Err()
+	}()
+	probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { probe.Close() })
+	until(t, 5*time.Second, "the server busy", func() bool {
+		err := probe.Ping(context.Background()).Err()
+		return err != nil && strings.HasPrefix(err.Error(), "BUSY")
+	})
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("Release() while another script holds Redis = %v; want nil once it is done", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the spinning script: %v", err)
+	}
+	lw, err := w[0].Wait(bounded(t, 5*time.Second))
+	if err != nil {
+		t.Fatalf("the waiter after a release that met BUSY = %v", err)
+	}
+	_ = lw.Release(context.Background())
+}

@@ -1,0 +1,125 @@
+package redislane_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// bothServers runs f against miniredis and against the real Redis server.
+func bothServers(t *testing.T, f func(t *testing.T, c redis.UniversalClient)) {
+	t.Run("Miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		f(t, c)
+	})
+	t.Run("RealRedis", func(t *testing.T) { f(t, realClient(t)) })
+}
+
+func lane(key string) []lanes.Lane { return []lanes.Lane{{Key: key, Limit: 1}} }
+
+// Sequence numbers past the bound (issue 19: Lua doubles gave equal
+// numbers to different waiters, and the lane stalled) start again from 1
+// when no entry waits, and are refused while entries wait.
+func TestSequenceBound(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		o := lanes.Owner{ID: "seq-owner", Host: "h", PID: 1}
+		meta := b.Keys()[7]
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "h", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
+		c.HSet(ctx, meta, "seq", "999999999999999")
+		st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "w1", Lanes: lane("K")}})
+		if err != nil || st[0].State != lanes.Waiting || st[0].Seq != 1 {
+			t.Fatalf("Enqueue past the bound with no waiter = %+v, %v; want waiting with seq 1", st, err)
+		}
+		c.HSet(ctx, meta, "seq", "999999999999999")
+		_, err = b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "w2", Lanes: lane("K")}})
+		if !errors.Is(err, lanes.ErrUnavailable) {
+			t.Fatalf("Enqueue past the bound while w1 waits = %v; want refused", err)
+		}
+		snap, err := b.Inspect(ctx, []string{"K"})
+		if err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 1 {
+			t.Fatalf("after the refusal: %+v, %v; want only w1 waiting", snap, err)
+		}
+		if _, err := b.Release(ctx, "", []string{"h", "w1"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Inspect reads a long queue in pages (issue 19: one script over 20,000
+// waiters held Redis for 130ms) and returns it whole, in order.
+func TestInspectPaged(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		o := lanes.Owner{ID: "page-owner", Host: "h", PID: 1}
+		var ids []string
+		for i := range 1201 {
+			ids = append(ids, fmt.Sprintf("e%04d", i))
+		}
+		for i := 0; i < len(ids); i += 250 {
+			var reqs []lanes.Request
+			for _, id := range ids[i:min(i+250, len(ids))] {
+				reqs = append(reqs, lanes.Request{ID: id, Lanes: []lanes.Lane{{Key: "K", Limit: 1}, {Key: "L" + id[len(id)-1:], Limit: 1000}}})
+			}
+			if _, err := b.Enqueue(ctx, o, time.Minute, reqs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snap, err := b.Inspect(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Keys) != 11 {
+			t.Fatalf("Inspect() keys = %d; want 11", len(snap.Keys))
+		}
+		k := snap.Keys[0]
+		if k.Key != "K" || len(k.Holders) != 1 || k.Holders[0].ID != "e0000" || len(k.Waiters) != 1200 {
+			t.Fatalf("K: holders %d waiters %d; want e0000 and 1200 waiters", len(k.Holders), len(k.Waiters))
+		}
+		for i, w := range k.Waiters {
+			if w.ID != ids[i+1] || w.Position != i+1 {
+				t.Fatalf("waiter %d = %s at %d; want %s at %d", i, w.ID, w.Position, ids[i+1], i+1)
+			}
+		}
+		for i := 0; i < len(ids); i += 1000 {
+			if _, err := b.Release(ctx, "", ids[i:min(i+1000, len(ids))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// A script of another protocol version, or a namespace made by one, is
+// refused with ErrProtocol.
+func TestProtocolVersionChecked(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		if _, err := b.Enqueue(ctx, lanes.Owner{ID: "o", PID: 1}, time.Minute, []lanes.Request{{ID: "a", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
+		c.HSet(ctx, b.Keys()[7], "v", "3")
+		_, err := b.Heartbeat(ctx, "o", time.Minute, []string{"a"})
+		if !errors.Is(err, redislane.ErrProtocol) {
+			t.Fatalf("Heartbeat on a namespace of protocol 3 = %v; want ErrProtocol", err)
+		}
+		c.HSet(ctx, b.Keys()[7], "v", redislane.Protocol)
+		if _, err := b.Release(ctx, "", []string{"a"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
