@@ -49,6 +49,13 @@ const (
 	// (DESIGN.md invariants 11 and 14): a cycle that only a longer search
 	// would find is not refused, and its waits end by their own timeouts.
 	MaxCycleVisits = 200
+
+	// MaxBorrowers bounds the nested entries that borrow keys from one
+	// holder (DESIGN.md invariants 10 and 14): when the holder lets go,
+	// one step ends or requeues them all. A request that would borrow from
+	// a holder that lends to this many already is refused alone with an
+	// *InvalidError.
+	MaxBorrowers = 500
 )
 
 // ValidateStep reports whether reqs can be one Enqueue step: at most

@@ -210,6 +210,9 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 	var queued []Lane
 	for _, l := range r.Lanes {
 		if h := m.ancestorHolding(e, l.Key); h != nil {
+			if len(m.borrowers[h.ID]) >= MaxBorrowers {
+				return Status{ID: r.ID, State: Gone, Err: invalid("lineage", "entry %s already lends its keys to %d nested entries", h.ID, MaxBorrowers)}
+			}
 			e.borrowed[l.Key] = h
 		} else {
 			queued = append(queued, l)

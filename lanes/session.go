@@ -21,9 +21,9 @@ const (
 // The pieces a Session sends its steps in: small enough that one script
 // holds a Redis server for a few milliseconds (DESIGN.md invariant 14).
 const (
-	enqueuePiece = 250 // requests per Enqueue step
+	enqueuePiece = 100 // requests per Enqueue step
 	beatPiece    = 200 // ids per Heartbeat step
-	releasePiece = 500 // ids per Release or Settle step
+	releasePiece = 250 // ids per Release or Settle step
 )
 
 // Session is one process's part in the lanes of a Backend: it enqueues
@@ -208,7 +208,7 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 
 // Enqueue places every request in its lanes' queues, in the order given
 // (DESIGN.md invariant 4), and returns one Ticket per request to wait on. A
-// request with an empty ID gets a random one. Up to 250 requests go in one
+// request with an empty ID gets a random one. Up to 100 requests go in one
 // atomic step; more are sent as several steps, in order. ctx bounds the
 // steps only. A request the backend refused alone (*IDConflictError,
 // *LockCycleError, ErrNotHolder) gets a Ticket whose Wait returns that

@@ -37,6 +37,7 @@ func TestBoundsMatchGo(t *testing.T) {
 		"MAX_STEP_LANES":    lanes.MaxStepLanes,
 		"MAX_TTL":           int64(lanes.MaxTTL / time.Millisecond),
 		"CYCLE_VISITS":      lanes.MaxCycleVisits,
+		"MAX_BORROWERS":     lanes.MaxBorrowers,
 	}
 	for name, v := range want {
 		got, ok := lua[name]

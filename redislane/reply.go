@@ -38,7 +38,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		id, _ := f[0].(string)
 		state, _ := f[1].(string)
 		detail, ok := f[2].([]any)
-		refused := state == "e" || state == "x" || state == "t"
+		refused := state == "e" || state == "x" || state == "t" || state == "b"
 		if !ok || (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
 			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
@@ -81,6 +81,9 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		case "t":
 			msg, _ := detail[0].(string)
 			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrCanceled, msg)
+		case "b":
+			msg, _ := detail[0].(string)
+			st.State, st.Err = lanes.Gone, &lanes.InvalidError{Field: "lineage", Detail: msg}
 		case "c":
 			path, _ := detail[0].(string)
 			ce := &lanes.LockCycleError{Path: path}

@@ -26,8 +26,8 @@
 --        queue, no slot, the lender's token (invariant 10).
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>;
 --        LANES_LIMIT <recorded> <requested> <key> when a key's recorded
---        limit differs; LANES_EXHAUSTED when sequence numbers ran out while
---        entries wait. Then nothing is enqueued.
+--        limit differs; LANES_EXHAUSTED when sequence numbers would pass
+--        MAX_SEQ while entries wait. Then nothing is enqueued.
 
 local ttl = int_in(ARGV[3], 1, MAX_TTL)
 if not ttl then return badarg('ttl', 'must be a whole number of ms from 1 to ' .. MAX_TTL) end
@@ -208,17 +208,17 @@ local function cycle(r)
   return nil
 end
 
--- next_seq takes a sequence number. Past MAX_SEQ it starts again from 1
--- when no entry waits (only waiters' order rests on it), and refuses
--- otherwise.
-local function next_seq()
-  local seq = redis.call('HINCRBY', K_META, 'seq', 1)
-  if seq > MAX_SEQ then
-    if redis.call('ZCARD', K_QUEUE) > 1 then return nil end
-    redis.call('HSET', K_META, 'seq', 1)
-    seq = 1
+-- Sequence numbers stay below MAX_SEQ: past it they start again from 1
+-- when no entry waits (only waiters' order rests on them); while entries
+-- wait, the step is refused before any change.
+do
+  local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
+  if seq + #reqs > MAX_SEQ then
+    if redis.call('ZCARD', K_QUEUE) > 1 then
+      return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
+    end
+    redis.call('HSET', K_META, 'seq', 0)
   end
-  return seq
 end
 
 local reaped = false
@@ -266,7 +266,7 @@ for i, r in ipairs(reqs) do
          l = r.l, k = r.k, s = 'w', q = 0, e = NOW}
     -- A key a request's lineage holds is borrowed from the nearest such
     -- ancestor; the others are queued.
-    local queued, lenders = {}, {}
+    local queued, lenders, overlent = {}, {}, nil
     for _, kl in ipairs(r.k) do
       local key = kl[1]
       local lender
@@ -277,6 +277,9 @@ for i, r in ipairs(reqs) do
         end
       end
       if lender then
+        if not lenders[lender] and redis.call('ZLEXCOUNT', K_NESTED, '[ ' .. lender .. '\0', '( ' .. lender .. '\1') >= MAX_BORROWERS then
+          overlent = lender
+        end
         e.r = e.r or {}
         e.r[key] = lender
         lenders[lender] = true
@@ -284,42 +287,43 @@ for i, r in ipairs(reqs) do
         queued[#queued + 1] = kl
       end
     end
-    local now = FROZEN <= NOW and room(queued)
-    local words, entries, keys
-    if not now and r.l then
-      e.new = true
-      words, entries, keys = cycle(e)
-      e.new = nil
-    end
-    local seq = not now and not words and next_seq()
-    if words then
-      out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
-    elseif not now and not seq then
-      return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
+    if overlent then
+      out[i] = {r.id, 'b', {'entry ' .. overlent .. ' already lends its keys to ' .. MAX_BORROWERS .. ' nested entries'}}
     else
-      for _, a in ipairs(r.l or {}) do
-        redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
+      local now = FROZEN <= NOW and room(queued)
+      local words, entries, keys
+      if not now and r.l then
+        e.new = true
+        words, entries, keys = cycle(e)
+        e.new = nil
       end
-      for a in pairs(lenders) do
-        redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
-      end
-      for _, kl in ipairs(r.k) do
-        if idle[kl[1]] then
-          redis.call('HSET', K_LIMITS, kl[1], kl[2])
-          idle[kl[1]] = nil -- not idle for the step's later requests
-        end
-      end
-      if now then
-        grant(e, false, NOW + ttl, false)
+      if words then
+        out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
       else
-        e.q = seq
-        for _, kl in ipairs(queued) do
-          redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], seq, r.id))
+        for _, a in ipairs(r.l or {}) do
+          redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
         end
-        store(e)
-        redis.call('ZADD', K_WAITING, NOW + ttl, r.id)
+        for a in pairs(lenders) do
+          redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
+        end
+        for _, kl in ipairs(r.k) do
+          if idle[kl[1]] then
+            redis.call('HSET', K_LIMITS, kl[1], kl[2])
+            idle[kl[1]] = nil -- not idle for the step's later requests
+          end
+        end
+        if now then
+          grant(e, false, NOW + ttl, false)
+        else
+          e.q = redis.call('HINCRBY', K_META, 'seq', 1)
+          for _, kl in ipairs(queued) do
+            redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], e.q, r.id))
+          end
+          store(e)
+          redis.call('ZADD', K_WAITING, NOW + ttl, r.id)
+        end
+        out[i] = status(e, true)
       end
-      out[i] = status(e, true)
     end
   end
 end

@@ -55,6 +55,7 @@ local MAX_STEP_LANES = 4096   -- lanes in one enqueue step
 local MAX_TTL = 3600000       -- ms
 local MAX_SEQ = 999999999999999 -- sequence numbers stay exact doubles in 16 digits
 local CYCLE_VISITS = 200      -- entries one cycle search loads, at most
+local MAX_BORROWERS = 500     -- nested entries that borrow from one holder, at most
 local REAP_MAX = 100          -- expired entries one step removes, at most
 local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
 
@@ -291,13 +292,17 @@ remove = function(e, touched)
   redis.call('HDEL', K_ENTRIES, e.id)
   redis.call('ZREM', deadlines(e), e.id)
   if e.s ~= 'h' then return end
-  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')) do
-    redis.call('ZREM', K_NESTED, m)
+  local lo_b, hi_b = '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1'
+  local revoked = 0
+  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, lo_b, hi_b)) do
     local b = load(string.sub(m, #e.id + 3))
     if b and b.r then
       if b.s == 'h' then
-        redis.call('HINCRBY', K_META, 'revoked', 1)
+        revoked = revoked + 1
         told[#told + 1] = {b.o, b.id}
+        for key, a in pairs(b.r) do
+          if a == e.id then b.r[key] = nil end -- its member goes below
+        end
         remove(b, touched)
       else
         for key, a in pairs(b.r) do
@@ -314,6 +319,8 @@ remove = function(e, touched)
       end
     end
   end
+  redis.call('ZREMRANGEBYLEX', K_NESTED, lo_b, hi_b)
+  if revoked > 0 then redis.call('HINCRBY', K_META, 'revoked', revoked) end
 end
 
 -- expire removes e, whose deadline passed, and counts it.
@@ -362,9 +369,13 @@ local function scan(touched)
       local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
       local room = touched[key] - held
       local looked, from = 0, lo(key)
+      local rest -- waiters remain: true, false, or nil (not known)
       while room > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
         local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room)
-        if #members == 0 then break end
+        if #members == 0 then
+          if rest == nil then rest = false end
+          break
+        end
         for _, m in ipairs(members) do
           looked, budget = looked + 1, budget - 1
           from = '(' .. m
@@ -380,13 +391,17 @@ local function scan(touched)
             room = room - 1
             if eligible(e) then
               grant(e, true, redis.call('ZSCORE', K_WAITING, e.id), true)
+              held = held + 1
+            else
+              rest = true
             end
           end
         end
       end
-      if redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
-        and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0 then
-        redis.call('HDEL', K_LIMITS, key)
+      -- A key with neither holders nor waiters forgets its limit.
+      if held == 0 then
+        if rest == nil then rest = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) > 0 end
+        if not rest then redis.call('HDEL', K_LIMITS, key) end
       end
     end
   end
