@@ -176,8 +176,10 @@ end
 local function reset()
   local untl = NOW
   if redis.call('EXISTS', K_HELD) == 1 then
-    local last = redis.call('ZREVRANGEBYSCORE', K_HELD, '(+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if #last == 2 then untl = math.max(untl, tonumber(last[2])) end
+    local last = redis.call('ZREVRANGEBYSCORE', K_HELD, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 2)
+    for i = 1, #last, 2 do
+      if last[i] ~= '\0' then untl = math.max(untl, tonumber(last[i + 1]) or untl) end
+    end
   else
     untl = NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL)
   end
@@ -324,8 +326,10 @@ remove = function(e, touched)
 end
 
 -- expire removes e, whose deadline passed, and counts it.
+local expired = 0
 local function expire(e, touched)
   redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
+  expired = expired + 1
   remove(e, touched)
 end
 
@@ -410,7 +414,8 @@ end
 -- reap removes up to REAP_MAX entries whose deadline passed, holders
 -- first (a dead holder blocks its keys; a dead waiter only those behind
 -- it, and scan passes over it), and grants what that frees. It returns
--- whether it removed every expired one.
+-- whether it removed every expired one, and how many expired entries
+-- the step removed so far.
 local function reap()
   local touched, left = {}, REAP_MAX
   for _, k in ipairs({K_HELD, K_WAITING}) do
@@ -423,7 +428,7 @@ local function reap()
     if left == 0 then break end
   end
   scan(touched)
-  return left > 0
+  return left > 0, expired
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},

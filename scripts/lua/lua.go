@@ -4,7 +4,7 @@
 // same sources with the same KEYS and ARGV.
 //
 // Each file opens with a header naming its KEYS, ARGV, reply and error
-// codes. The lanes scripts (enqueue, heartbeat, release, inspect) share the
+// codes. The lanes scripts (enqueue, heartbeat, release, inspect, doctor) share the
 // helpers of lib.lua, which Source puts in front of them: Redis scripts
 // cannot include one another.
 package lua
@@ -18,7 +18,7 @@ import (
 var files embed.FS
 
 // shared lists the scripts that run with lib.lua in front of them.
-var shared = map[string]bool{"enqueue.lua": true, "heartbeat.lua": true, "release.lua": true, "inspect.lua": true}
+var shared = map[string]bool{"enqueue.lua": true, "heartbeat.lua": true, "release.lua": true, "inspect.lua": true, "doctor.lua": true}
 
 // Source returns the full source of the named script (e.g. "enqueue.lua"),
 // ready for EVAL or SCRIPT LOAD. It panics on a name that is not embedded:

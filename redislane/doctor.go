@@ -1,0 +1,159 @@
+package redislane
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/scripts/lua"
+)
+
+var doctorScript = redis.NewScript(lua.Source("doctor.lua"))
+
+// Report is what Doctor found in a namespace.
+type Report struct {
+	Namespace string
+	Epoch     string   // "" when the namespace has no state
+	Missing   []string // state keys missing while others exist: the next step resets the namespace
+	Legacy    []string // keys of protocol 1 (lanes before protocol 2), which protocol 2 does not read
+	Problems  []string // one line each: an entry or member and what is wrong
+	Repairs   []string // what Doctor changed (with repair set)
+	Reaped    int      // expired entries removed (with repair set)
+}
+
+// OK reports whether Doctor found nothing wrong.
+func (r *Report) OK() bool { return len(r.Missing)+len(r.Legacy)+len(r.Problems) == 0 }
+
+// legacyKeys are the names of protocol 1's keys that protocol 2 does not
+// use; a namespace where they exist was used by an older lanes.
+var legacyKeys = []string{"deadlines", "seq", "stats"}
+
+// Doctor checks the namespace's state for inconsistencies between its keys,
+// one bounded page at a time (doctor.lua), and reports them. With repair,
+// it also fixes them: stray members are removed, limits of idle keys
+// forgotten, expired entries reaped, a namespace missing some of its keys
+// or whose entries disagree with their index is reset (every entry ends;
+// see DESIGN.md invariant 13), and protocol 1's leftover keys are deleted
+// when no protocol 1 entry is alive in them. It does not stop other steps
+// meanwhile. Its error wraps lanes.ErrUnavailable when Redis cannot be
+// reached.
+func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
+	r := &Report{Namespace: b.ns}
+	base := b.keys[0][:strings.LastIndex(b.keys[0], ":")+1]
+	n, err := b.c.Exists(ctx, b.keys[:8]...).Result()
+	if err != nil {
+		return nil, b.mapErr(err)
+	}
+	if n > 0 && n < 8 {
+		for _, k := range b.keys[:8] {
+			if e, _ := b.c.Exists(ctx, k).Result(); e == 0 {
+				r.Missing = append(r.Missing, k)
+			}
+		}
+	}
+	for _, name := range legacyKeys {
+		if e, _ := b.c.Exists(ctx, base+name).Result(); e == 1 {
+			r.Legacy = append(r.Legacy, base+name)
+		}
+	}
+	mode := "check"
+	if repair {
+		mode = "repair"
+	}
+	walks := []string{"entries", "holds", "queue", "held", "waiting", "nested", "limits"}
+	if repair {
+		walks = append([]string{"reap"}, walks...)
+		if len(r.Missing) > 0 {
+			r.Repairs = append(r.Repairs, "reset the namespace: some of its keys were missing (every entry ended)")
+		}
+	}
+	for _, what := range walks {
+		for cursor, pages := "0", 0; ; pages++ {
+			v, err := b.run(ctx, doctorScript, "doctor", Protocol, b.wake, what, mode, cursor, 200)
+			if err != nil {
+				return nil, b.mapErr(err)
+			}
+			f, ok := v.([]any)
+			if !ok || len(f) != 5 {
+				return nil, malformed("doctor", v)
+			}
+			r.Epoch, _ = f[0].(string)
+			cursor, _ = f[1].(string)
+			r.Problems = append(r.Problems, stringList(f[2])...)
+			r.Repairs = append(r.Repairs, stringList(f[3])...)
+			reaped, _ := f[4].(int64)
+			r.Reaped += int(reaped)
+			if cursor == "0" || cursor == "" || r.Epoch == "" || pages > 100000 {
+				break
+			}
+		}
+		if r.Epoch == "" {
+			break
+		}
+	}
+	if repair && len(r.Legacy) > 0 {
+		// Protocol 1 kept each entry's deadline in the deadlines key.
+		live, err := b.c.ZCount(ctx, base+"deadlines", fmt.Sprint(b.now(ctx)), "+inf").Result()
+		if err != nil {
+			return nil, b.mapErr(err)
+		}
+		if live > 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("%d entries of protocol 1 are still alive: stop the older lanectl and runners first", live))
+		} else {
+			if err := b.c.Del(ctx, r.Legacy...).Err(); err != nil {
+				return nil, b.mapErr(err)
+			}
+			r.Repairs = append(r.Repairs, "deleted protocol 1's keys "+strings.Join(r.Legacy, ", "))
+		}
+	}
+	return r, nil
+}
+
+// now returns the Redis clock in ms, or 0 when it cannot be read.
+func (b *Backend) now(ctx context.Context) int64 {
+	t, err := b.c.Time(ctx).Result()
+	if err != nil {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// Reap removes every entry whose deadline passed (held and waiting alike),
+// in bounded steps, grants what that frees, and returns how many it
+// removed. Every step reaps some anyway; Reap clears a backlog at once
+// (`lanectl gc`).
+func (b *Backend) Reap(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		v, err := b.run(ctx, doctorScript, "doctor", Protocol, b.wake, "reap", "repair", "0", 1)
+		if err != nil {
+			return total, b.mapErr(err)
+		}
+		f, ok := v.([]any)
+		if !ok || len(f) != 5 {
+			return total, malformed("doctor", v)
+		}
+		n, _ := f[4].(int64)
+		total += int(n)
+		if done, _ := f[1].(string); done == "0" {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("%w: %w", lanes.ErrUnavailable, err)
+		}
+	}
+}
+
+func stringList(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}

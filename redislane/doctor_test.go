@@ -1,0 +1,111 @@
+package redislane_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+func doctor(t *testing.T, b *redislane.Backend, repair bool) *redislane.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := b.Doctor(ctx, repair)
+	if err != nil {
+		t.Fatalf("Doctor(%v) = %v", repair, err)
+	}
+	return r
+}
+
+func mentions(list []string, s string) bool {
+	return slices.ContainsFunc(list, func(x string) bool { return strings.Contains(x, s) })
+}
+
+// Doctor finds each kind of inconsistency between a namespace's keys and,
+// with repair, fixes it: stray members are removed, an entry its index
+// lost resets the namespace, a missing key too, protocol 1's leftovers go.
+func TestDoctor(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		k := b.Keys()
+		o := lanes.Owner{ID: "doc-owner", Host: "h", PID: 1}
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}, {ID: "W", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
+		if r := doctor(t, b, false); !r.OK() {
+			t.Fatalf("Doctor() of a sound namespace = %+v; want nothing wrong", r)
+		}
+		// Stray members: no such entry, or an entry that does not account for them.
+		c.ZAdd(ctx, k[2], redis.Z{Member: "K\x00ghost"})
+		c.ZAdd(ctx, k[1], redis.Z{Member: "J\x000000000000000099\x00A"})
+		c.ZAdd(ctx, k[5], redis.Z{Score: 1e15, Member: "ghost"})
+		c.HSet(ctx, k[3], "idle", "3")
+		r := doctor(t, b, false)
+		for _, want := range []string{"K|ghost", "J|0000000000000099|A", "of ghost", `"idle"`} {
+			if !mentions(r.Problems, want) {
+				t.Errorf("Doctor() problems %q; want one naming %s", r.Problems, want)
+			}
+		}
+		if r := doctor(t, b, true); len(r.Repairs) != 4 {
+			t.Fatalf("Doctor(repair) repairs %q; want 4", r.Repairs)
+		}
+		if r := doctor(t, b, false); !r.OK() {
+			t.Fatalf("after the repair: %+v; want nothing wrong", r)
+		}
+		// An entry its index lost: the namespace is reset.
+		c.ZRem(ctx, k[2], "K\x00A")
+		r = doctor(t, b, true)
+		if !mentions(r.Problems, "entry A: holds key \"K\"") || !mentions(r.Repairs, "reset") {
+			t.Fatalf("Doctor(repair) after A left holds = %+v; want the problem and a reset", r)
+		}
+		if st, err := b.Heartbeat(ctx, o.ID, time.Minute, []string{"A", "W"}); err != nil || st[0].State != lanes.Gone || st[1].State != lanes.Gone {
+			t.Fatalf("after the reset: %+v, %v; want A and W gone", st, err)
+		}
+		// A missing key, and protocol 1's leftovers.
+		base := strings.TrimSuffix(k[0], "entries")
+		c.Set(ctx, base+"seq", "7", 0)
+		t.Cleanup(func() { c.Del(context.Background(), base+"seq") })
+		c.Del(ctx, k[6])
+		r = doctor(t, b, false)
+		if !slices.Contains(r.Missing, k[6]) || !slices.Contains(r.Legacy, base+"seq") {
+			t.Fatalf("Doctor() = %+v; want %s missing and %sseq left over", r, k[6], base)
+		}
+		doctor(t, b, true)
+		if r := doctor(t, b, false); !r.OK() {
+			t.Fatalf("after the repair: %+v; want nothing wrong", r)
+		}
+	})
+}
+
+// Reap clears a backlog of expired entries at once, in bounded steps.
+func TestReap(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		o := lanes.Owner{ID: "reap-owner", Host: "h", PID: 1}
+		var reqs []lanes.Request
+		for i := range 250 {
+			reqs = append(reqs, lanes.Request{ID: "e" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Lanes: lane("K")})
+		}
+		if _, err := b.Enqueue(ctx, o, 100*time.Millisecond, reqs); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // past every deadline
+		n, err := b.Reap(ctx)
+		if err != nil || n != 250 {
+			t.Fatalf("Reap() = %d, %v; want 250", n, err)
+		}
+		snap, err := b.Inspect(ctx, nil)
+		if err != nil || len(snap.Keys) != 0 || snap.Stats.ExpiredHolders != 1 || snap.Stats.EvictedWaiters != 249 {
+			t.Fatalf("after Reap: %+v, %v; want nothing left, 1 expired holder and 249 evicted waiters", snap, err)
+		}
+	})
+}
