@@ -1182,6 +1182,32 @@ func TestProtocolRefusalsRealRedis(t *testing.T) {
 	}
 }
 
+// TestProtocolTakeOverRealRedis: an enqueue of another owner's waiting
+// entry, with the same lanes and lineage, takes it over with its place and
+// sequence number; the old owner gets a {"id"} hint and finds it gone.
+func TestProtocolTakeOverRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	r := newProtoRunner(t)
+	a, b := "owner-a-"+r.nonce, "owner-b-"+r.nonce
+	hintsA := r.subscribe(a)
+	const ttl = 30000
+	r.mustEnqueue(a, ttl, []string{"H", "h", "W", "w"}, req("H", lane("k", 1)), req("W", lane("k", 1)))
+	seq := r.record("W")["q"]
+	v, err := r.call("enqueue.lua", map[string]any{"TTL ms": ttl, "owner id": b, "host": "other-host", "pid": 7, "requests JSON": `[{"id":"W","k":[["k",1]]}]`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sts := r.statuses("enqueue.lua", v, "W", "w")
+	if rec := r.record("W"); rec["o"] != b || rec["h"] != "other-host" || rec["p"] != float64(7) || rec["q"] != seq || detail(sts, 0)[1] != int64(1) {
+		t.Errorf("W after the take-over: %v, %v; want owner %s, its host and pid, the same seq %v, position 1", rec, sts, b, seq)
+	}
+	if h := hintFor(hintsA.hint(t), "W"); h == nil || h["x"] != nil {
+		t.Errorf("hint to the old owner = %v; want {id: W}", h)
+	}
+	r.heartbeat(a, ttl, []string{"W", "g"}, "W")
+	r.heartbeat(b, ttl, []string{"W", "w"}, "W")
+}
+
 func mustAtoi(t *testing.T, s string) int {
 	t.Helper()
 	n, err := strconv.Atoi(s)
