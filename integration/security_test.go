@@ -404,8 +404,11 @@ func aclWithPassword(words []string, password string) []string {
 
 // aclClientCommands are the commands lanes sends outside scripts: PING (the
 // first contact), EVALSHA and EVAL (every step), SUBSCRIBE and UNSUBSCRIBE
-// (grant hints). HELLO and AUTH run before the user is known.
-var aclClientCommands = []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe"}
+// (grant hints and the namespace's channel), HSCAN (the keys in use, read
+// from the limits hash: redislane's Inspect of every key) and INFO (the
+// eviction-policy check of NewSession). HELLO and AUTH run before the user
+// is known.
+var aclClientCommands = []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe", "hscan", "info"}
 
 // aclScriptCommands returns the commands scripts/lua/*.lua call.
 func aclScriptCommands(t *testing.T) []string {
@@ -589,7 +592,7 @@ func TestACLRealRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, cmd := range [][]any{
-		{"GET", "lanes:{" + ns + "}:seq"},
+		{"HGETALL", "lanes:{" + ns + "}:meta"},
 		{"DEL", "lanes:{" + ns + "}:tokens"},
 		{"KEYS", "*"},
 		{"FLUSHALL"},
@@ -606,7 +609,7 @@ func TestACLRealRedis(t *testing.T) {
 	if err == nil || !aclRefusal(err) {
 		t.Errorf("EVAL on another key as the ACL user = %v; want an ACL refusal", err)
 	}
-	err = user.Eval(ctx, "return redis.call('SET', KEYS[1], 'x')", []string{"lanes:{" + ns + "}:seq"}).Err()
+	err = user.Eval(ctx, "return redis.call('SET', KEYS[1], 'x')", []string{"lanes:{" + ns + "}:meta"}).Err()
 	if err == nil || !aclRefusal(err) {
 		t.Errorf("EVAL of SET as the ACL user = %v; want an ACL refusal", err)
 	}
