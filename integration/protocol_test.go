@@ -1328,9 +1328,10 @@ func TestProtocolResetRealRedis(t *testing.T) {
 }
 
 // TestProtocolInspectPagingRealRedis: inspect.lua returns at most budget
-// entries per page, holders first on a page whose cursor is "", and a
-// cursor to go on with: a member, "\1" (the waiters), "\0" (the budget ran
-// out before the key) or "" (done).
+// entries per page, holders then waiters, and a cursor to go on with: "h"
+// or "w" and the member last returned, "w" (the waiters from the first),
+// "\0" (the budget ran out before the key) or "" (done); a cursor of
+// another key is refused.
 func TestProtocolInspectPagingRealRedis(t *testing.T) {
 	secNoLeaks(t)
 	r := newProtoRunner(t)
@@ -1365,19 +1366,28 @@ func TestProtocolInspectPagingRealRedis(t *testing.T) {
 		}
 	}
 	p := r.checkInspect(r.inspect(3, "p", "", "q", ""))
-	check(p, "p", want{[]string{"h1", "h2"}, []string{"w1"}, member("w1")})
+	check(p, "p", want{[]string{"h1", "h2"}, []string{"w1"}, "w" + member("w1")})
 	check(p, "q", want{nil, nil, "\x00"})
-	p = r.checkInspect(r.inspect(3, "p", member("w1"), "q", ""))
-	check(p, "p", want{nil, []string{"w2", "w3", "w4"}, member("w4")})
+	p = r.checkInspect(r.inspect(3, "p", "w"+member("w1"), "q", ""))
+	check(p, "p", want{nil, []string{"w2", "w3", "w4"}, "w" + member("w4")})
 	check(p, "q", want{nil, nil, "\x00"})
-	p = r.checkInspect(r.inspect(3, "p", member("w4"), "q", ""))
+	p = r.checkInspect(r.inspect(3, "p", "w"+member("w4"), "q", ""))
 	check(p, "p", want{nil, []string{"w5"}, ""})
 	check(p, "q", want{[]string{"q1"}, nil, ""})
-	// The holders fill the budget: go on with "\1", the first waiter.
+	// The holders fill the budget: go on with "w", the first waiter.
 	p = r.checkInspect(r.inspect(2, "p", ""))
-	check(p, "p", want{[]string{"h1", "h2"}, nil, "\x01"})
-	p = r.checkInspect(r.inspect(2, "p", "\x01"))
-	check(p, "p", want{nil, []string{"w1", "w2"}, member("w2")})
+	check(p, "p", want{[]string{"h1", "h2"}, nil, "w"})
+	p = r.checkInspect(r.inspect(2, "p", "w"))
+	check(p, "p", want{nil, []string{"w1", "w2"}, "w" + member("w2")})
+	// More holders than the budget: they come in pages too.
+	p = r.checkInspect(r.inspect(1, "p", ""))
+	check(p, "p", want{[]string{"h1"}, nil, "hp\x00h1"})
+	p = r.checkInspect(r.inspect(1, "p", "hp\x00h1"))
+	check(p, "p", want{[]string{"h2"}, nil, "w"})
+	// A cursor of another key is refused.
+	if _, err := r.call("inspect.lua", map[string]any{"budget": 3, "key and cursor...": []string{"q", "w" + member("w1")}}); err == nil || !strings.HasPrefix(err.Error(), "LANES_BADARG cursor ") {
+		t.Errorf("inspect q with a cursor of p = %v; want LANES_BADARG cursor", err)
+	}
 	// The budget is at most MAX_STEP_REQUESTS.
 	if _, err := r.call("inspect.lua", map[string]any{"budget": r.doc.bounds["MAX_STEP_REQUESTS"] + 1, "key and cursor...": []string{"p", ""}}); err == nil || !strings.HasPrefix(err.Error(), "LANES_BADARG budget ") {
 		t.Errorf("inspect with a budget past MAX_STEP_REQUESTS = %v; want LANES_BADARG budget", err)
@@ -1667,11 +1677,11 @@ func TestProtocolSequenceRealRedis(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "LANES_EXHAUSTED ") {
 		t.Fatalf("enqueue past MAX_SEQ while W1 waits = %v; want LANES_EXHAUSTED", err)
 	}
-	// As PROTOCOL.md says (Known limits): the requests before W2 stay.
-	if !r.exists("A") || r.exists("W2") {
-		t.Errorf("after LANES_EXHAUSTED: A there %v, W2 there %v; want A (documented), not W2", r.exists("A"), r.exists("W2"))
+	// Refused before any change: neither request is there.
+	if r.exists("A") || r.exists("W2") {
+		t.Errorf("after LANES_EXHAUSTED: A there %v, W2 there %v; want neither", r.exists("A"), r.exists("W2"))
 	}
-	r.checkRelease(r.release(owner, 0, "W1", "A"), []string{"w", "h"}, nil)
+	r.checkRelease(r.release(owner, 0, "W1"), []string{"w"}, nil)
 	_, list = r.mustEnqueue(owner, ttl, []string{"W3", "w"}, req("W3", lane("k", 1)))
 	if seqOf(list, 0) != 1 {
 		t.Errorf("W3 seq %d; want 1 (numbers start again once no entry waits)", seqOf(list, 0))

@@ -308,7 +308,7 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 			}
 			switch ks.next {
 			case "":
-			case "\x00":
+			case "\x00": // not reached: the same cursor again
 				left = append(left, ks.Key)
 			default:
 				cursor[ks.Key] = ks.next
@@ -574,7 +574,7 @@ func (b *Backend) mapErr(err error) error {
 		case "LANES_VERSION":
 			return fmt.Errorf("%w: namespace %s: this client speaks protocol %s, the server's scripts or state another (%s)", ErrProtocol, b.ns, Protocol, rest)
 		case "LANES_EXHAUSTED":
-			return fmt.Errorf("%w: namespace %s: %s (lanectl doctor --repair starts them again once no entry waits)", lanes.ErrUnavailable, b.ns, rest)
+			return fmt.Errorf("%w: namespace %s: %s (they start again from 1 once no entry waits)", lanes.ErrUnavailable, b.ns, rest)
 		}
 	}
 	// Connection errors, timeouts and server errors (READONLY, NOPERM, OOM...)

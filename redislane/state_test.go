@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,12 +40,12 @@ func TestSequenceBound(t *testing.T) {
 		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "h", Lanes: lane("K")}}); err != nil {
 			t.Fatal(err)
 		}
-		c.HSet(ctx, meta, "seq", "999999999999999")
+		c.HSet(ctx, meta, "seq", "99999999999999")
 		st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "w1", Lanes: lane("K")}})
 		if err != nil || st[0].State != lanes.Waiting || st[0].Seq != 1 {
 			t.Fatalf("Enqueue past the bound with no waiter = %+v, %v; want waiting with seq 1", st, err)
 		}
-		c.HSet(ctx, meta, "seq", "999999999999999")
+		c.HSet(ctx, meta, "seq", "99999999999999")
 		_, err = b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "w2", Lanes: lane("K")}})
 		if !errors.Is(err, lanes.ErrUnavailable) {
 			t.Fatalf("Enqueue past the bound while w1 waits = %v; want refused", err)
@@ -121,5 +122,74 @@ func TestProtocolVersionChecked(t *testing.T) {
 		if _, err := b.Release(ctx, "", []string{"a"}); err != nil {
 			t.Fatal(err)
 		}
+	})
+}
+
+// The cases a review of protocol 2 found (each on miniredis and real Redis):
+// a heartbeat's longer TTL counts in the freeze after a reset; a state lost
+// whole while its tokens stayed is frozen too; protocol 1's keys are
+// refused, not reset; an enqueue does not renew an entry past its
+// deadline; a limit sent as a string is refused before any change.
+func TestProtocolReviewCases(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		o := lanes.Owner{ID: "rev-owner", Host: "h", PID: 1}
+		keys := func(b *redislane.Backend) []string { return b.Keys() }
+
+		t.Run("HeartbeatTTLCountsInTheFreeze", func(t *testing.T) {
+			b := newBackend(t, c)
+			if _, err := b.Enqueue(ctx, o, time.Second, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Heartbeat(ctx, o.ID, time.Hour, []string{"A"}); err != nil {
+				t.Fatal(err)
+			}
+			c.Del(ctx, keys(b)[4]) // held: the deadlines are lost, maxttl decides
+			snap, err := b.Inspect(ctx, nil)
+			if err != nil || snap.Frozen.Before(snap.Time.Add(59*time.Minute)) {
+				t.Fatalf("after held vanished: %+v, %v; want frozen for the hour the heartbeat gave", snap, err)
+			}
+		})
+		t.Run("StateLostWholeWithTokensKeptIsFrozen", func(t *testing.T) {
+			b := newBackend(t, c)
+			if _, err := b.Enqueue(ctx, o, 5*time.Second, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+				t.Fatal(err)
+			}
+			c.Del(ctx, keys(b)[:8]...)
+			st, err := b.Enqueue(ctx, o, 5*time.Second, []lanes.Request{{ID: "B", Lanes: lane("K")}})
+			if err != nil || st[0].State != lanes.Waiting {
+				t.Fatalf("Enqueue(K) after the state vanished whole = %+v, %v; want waiting: A may still hold K", st, err)
+			}
+			snap, _ := b.Inspect(ctx, nil)
+			if snap.Stats.Resets != 1 || snap.Frozen.IsZero() {
+				t.Fatalf("snapshot %+v; want one reset and a freeze", snap)
+			}
+			b.Release(ctx, "", []string{"B"})
+		})
+		t.Run("Protocol1KeysRefused", func(t *testing.T) {
+			b := newBackend(t, c)
+			c.HSet(ctx, keys(b)[0], "old", `{"o":"x"}`) // protocol 1's entries hash: no marker
+			c.ZAdd(ctx, keys(b)[2], redis.Z{Member: "K\x00old"})
+			_, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}})
+			if !errors.Is(err, redislane.ErrProtocol) || !strings.Contains(err.Error(), "data:1") {
+				t.Fatalf("Enqueue on protocol 1's keys = %v; want ErrProtocol naming data:1", err)
+			}
+			c.Del(ctx, keys(b)[0], keys(b)[2])
+		})
+		t.Run("EnqueueDoesNotRenewAnExpiredEntry", func(t *testing.T) {
+			b := newBackend(t, c)
+			if _, err := b.Enqueue(ctx, o, 50*time.Millisecond, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Enqueue(ctx, lanes.Owner{ID: "other", PID: 2}, time.Minute, []lanes.Request{{ID: "W", Lanes: lane("K")}}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond) // past A's deadline
+			st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}})
+			if err != nil || st[0].State != lanes.Waiting || st[0].Positions["K"] != 1 {
+				t.Fatalf("a retry of A past its deadline = %+v, %v; want a new entry, waiting behind W (granted when A expired)", st, err)
+			}
+			b.Release(ctx, "", []string{"A", "W"})
+		})
 	})
 }

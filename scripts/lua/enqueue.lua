@@ -57,7 +57,7 @@ do
       if type(kl) ~= 'table' or not key_ok(kl[1]) then
         return badarg('key', at .. 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters')
       end
-      if not int_in(kl[2], 1, MAX_LIMIT) then
+      if type(kl[2]) ~= 'number' or not int_in(kl[2], 1, MAX_LIMIT) then
         return badarg('limit', at .. 'key ' .. kl[1] .. ': a limit is a whole number from 1 to ' .. MAX_LIMIT)
       end
       if keys[kl[1]] then return badarg('key', at .. 'key ' .. kl[1] .. ' is named twice') end
@@ -88,7 +88,7 @@ end
 
 local _, err = check(true)
 if err then return err end
-if ttl > MAXTTL then redis.call('HSET', K_META, 'maxttl', ttl) end
+note_ttl(ttl)
 
 -- same reports whether the stored entry e was made by request r: the same
 -- lanes (keys and limits, in any order) and the same lineage.
@@ -107,9 +107,17 @@ end
 
 -- Check every limit before changing anything (DESIGN.md invariant 9), and
 -- note the keys that are idle (no limit recorded: no holder, no waiter).
-local batch, existing, idle = {}, {}, {}
+local batch, existing, idle, gone = {}, {}, {}, {}
 for _, r in ipairs(reqs) do
-  existing[r.id] = load(r.id) or false
+  local e = load(r.id)
+  if e and tonumber(redis.call('ZSCORE', deadlines(e), r.id) or '0') <= NOW then
+    expire(e, gone) -- past its deadline: gone, and this request is a new one
+    e = nil
+  end
+  existing[r.id] = e or false
+end
+scan(gone)
+for _, r in ipairs(reqs) do
   if not existing[r.id] then
     for _, kl in ipairs(r.k) do
       local key, limit = kl[1], kl[2]
@@ -224,7 +232,7 @@ end
 local reaped = false
 -- room reports whether every key of r's queued lanes has room for one more
 -- entry behind all that hold or wait. Before saying no, it removes expired
--- holders once in the step.
+-- entries once in the step (reap: holders first).
 local function room(queued)
   for pass = 1, 2 do
     local ok = true

@@ -32,6 +32,7 @@ if not EPOCH then
   for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end
   return {'', out}
 end
+note_ttl(ttl)
 redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW)
 local all = reap()
 

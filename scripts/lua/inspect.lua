@@ -12,12 +12,13 @@
 --          waiter count, {{entry JSON, deadline ms, id}, ...holders},
 --          {{entry JSON, deadline ms, id}, ...waiters}, next}, ...} (one per
 --        key asked, in order), {expired, evicted, revoked, resets, frozen
---        until (ms)}}. Holders come in id order, at most the budget;
---        waiters in queue order. A cursor "" starts at the key's head
---        (holders, then waiters), "\1" at its first waiter, anything else
---        after that waiter's member. next is "" when the key is done, else
---        the cursor to go on with ("\0": the budget ran out before the key;
---        ask again with "").
+--        until (ms)}}. Holders come in id order, then waiters in queue
+--        order, at most the budget in all. A cursor "" starts at the key's
+--        head; next is "" when the key is done, else the cursor to go on
+--        with: "h" or "w" and the member to go on after (holders or
+--        waiters), "w" alone (waiters from the first), or "\0": the budget
+--        ran out before the key, ask again with the same cursor. A cursor
+--        that does not belong to the key is refused.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
 local budget = int_in(ARGV[3], 1, MAX_STEP_REQUESTS)
@@ -42,6 +43,11 @@ end
 local out = {}
 for i = 4, #ARGV, 2 do
   local key, cursor = ARGV[i], ARGV[i + 1]
+  local phase, after = string.sub(cursor, 1, 1), string.sub(cursor, 2)
+  if cursor ~= '' and ((phase ~= 'h' and phase ~= 'w') or (phase == 'h' and after == '')
+      or (after ~= '' and string.sub(after, 1, #key + 1) ~= key .. '\0')) then
+    return badarg('cursor', 'a cursor is "", or one that inspect.lua returned for the same key')
+  end
   local limit = tonumber(redis.call('HGET', K_LIMITS, key) or '0')
   local holders, waiters, nxt = {}, {}, ''
   local nh, nw = 0, 0
@@ -49,24 +55,29 @@ for i = 4, #ARGV, 2 do
     nh = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
     nw = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
     if budget == 0 then
-      nxt = cursor == '' and '\0' or cursor
+      nxt = '\0' -- not reached: ask again with the same cursor
     else
-      if cursor == '' then
-        for _, m in ipairs(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key), 'LIMIT', 0, budget)) do
-          holders[#holders + 1] = entry(string.sub(m, #key + 2))
+      if phase ~= 'w' then
+        local from = lo(key)
+        if phase == 'h' then from = '(' .. after end
+        local ms = redis.call('ZRANGEBYLEX', K_HOLDS, from, hi(key), 'LIMIT', 0, budget + 1)
+        for j = 1, math.min(#ms, budget) do
+          holders[#holders + 1] = entry(string.sub(ms[j], #key + 2))
         end
+        if #ms > budget then nxt = 'h' .. ms[budget] end
         budget = budget - #holders
+        phase, after = 'w', ''
       end
-      local from = lo(key)
-      if cursor ~= '' and cursor ~= '\1' then from = '(' .. cursor end
-      if budget == 0 then
-        if nw > 0 then nxt = cursor == '' and '\1' or cursor end
-      else
+      if nxt == '' and budget == 0 and nw > 0 then
+        nxt = 'w'
+      elseif nxt == '' and nw > 0 then
+        local from = lo(key)
+        if after ~= '' then from = '(' .. after end
         local ms = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, budget + 1)
         for j = 1, math.min(#ms, budget) do
           waiters[#waiters + 1] = entry(string.sub(ms[j], #key + 19))
         end
-        if #ms > budget then nxt = ms[budget] end
+        if #ms > budget then nxt = 'w' .. ms[budget] end
         budget = budget - #waiters
       end
     end

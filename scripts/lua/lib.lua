@@ -23,10 +23,12 @@
 --   8 meta      hash: v (data version), epoch (changes when the state is
 --               reset or first made), seq (the last sequence number),
 --               frozen (ms: no grant before then), maxttl (the longest TTL
---               any entry was given, ms), and the counts expired (holders
+--               any entry was given or renewed with, ms), and the counts expired (holders
 --               whose lease ran out), evicted (waiters that expired),
 --               revoked (borrowers whose lender's hold ended), resets
---   9 tokens    hash: key -> last fencing token issued; never deleted
+--   9 tokens    hash: key -> last fencing token issued; never deleted; its
+--               field "\0maxttl" repeats meta's maxttl, so that a state
+--               lost whole while the tokens stayed is still frozen
 --  10 tombs     sorted set: "s\0" .. id (released while its enqueue was
 --               unsettled) and "f\0" .. id (released by force), scored by
 --               when the tombstone lapses (ms)
@@ -35,8 +37,9 @@
 -- alone is the namespace's channel, where a reset is announced.
 --
 -- Entry record (the value in entries, without its id): {o = owner id,
--- h = host, p = pid, c = call id, t = tool, n = tenant (strings, absent
--- when empty), l = lineage (list of ids, absent when empty), k = lanes
+-- h = host, p = pid, c = call id, t = tool, n = tenant (strings; c, t and
+-- n absent when the request left them out), l = lineage (list of ids,
+-- absent when empty), k = lanes
 -- (list of {key, limit}), s = "w" (waiting) or "h" (held), q = sequence
 -- number, e = enqueued (ms), g = granted (ms), x = tokens ({key = "decimal
 -- token"}, once held), r = borrowed keys ({key = ancestor id}: keys taken by
@@ -53,7 +56,7 @@ local MAX_LIMIT = 1073741824  -- holders one lane may allow (2^30)
 local MAX_STEP_REQUESTS = 1000 -- requests (or ids) in one step
 local MAX_STEP_LANES = 4096   -- lanes in one enqueue step
 local MAX_TTL = 3600000       -- ms
-local MAX_SEQ = 999999999999999 -- sequence numbers stay exact doubles in 16 digits
+local MAX_SEQ = 99999999999999 -- sequence numbers stay exact in cjson's 14 digits
 local CYCLE_VISITS = 200      -- entries one cycle search loads, at most
 local MAX_BORROWERS = 500     -- nested entries that borrow from one holder, at most
 local REAP_MAX = 100          -- expired entries one step removes, at most
@@ -181,7 +184,8 @@ local function reset()
       if last[i] ~= '\0' then untl = math.max(untl, tonumber(last[i + 1]) or untl) end
     end
   else
-    untl = NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL)
+    untl = NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '')
+      or tonumber(redis.call('HGET', K_TOKENS, '\0maxttl') or '') or MAX_TTL)
   end
   redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED)
   mark()
@@ -199,14 +203,33 @@ local function check(create)
   local n = redis.call('EXISTS', unpack(STATE))
   if n == 0 then
     if not create then return nil end
+    -- No state: a namespace never used, or one whose state was lost whole.
+    -- Where the tokens stayed, leases of the lost state may still be held.
+    local used = tonumber(redis.call('HGET', K_TOKENS, '\0maxttl') or '')
     mark()
-    EPOCH = string.format('%.0f', NOW_US)
+    EPOCH, FROZEN, MAXTTL = string.format('%.0f', NOW_US), 0, 0
     redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', EPOCH)
+    if used then
+      FROZEN, MAXTTL = NOW + used, used
+      redis.call('HSET', K_META, 'frozen', string.format('%.0f', FROZEN), 'maxttl', used, 'resets', 1)
+    end
     redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
-    FROZEN, MAXTTL = 0, 0
     return EPOCH
   end
   if n < #STATE then
+    if redis.call('EXISTS', K_META) == 0 then
+      -- Keys without a marker are the state of protocol 1, not ours.
+      local marked = false
+      for _, k in ipairs({K_ENTRIES, K_LIMITS}) do
+        marked = marked or redis.call('HEXISTS', k, '\0') == 1
+      end
+      for _, k in ipairs({K_QUEUE, K_HOLDS, K_HELD, K_WAITING, K_NESTED}) do
+        marked = marked or redis.call('ZSCORE', k, '\0') ~= false
+      end
+      if not marked then
+        return nil, redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:1 (lanectl doctor --repair removes it once no older client holds an entry)')
+      end
+    end
     EPOCH, FROZEN = reset()
     MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0
     return EPOCH
@@ -217,6 +240,15 @@ local function check(create)
   end
   EPOCH, FROZEN, MAXTTL = m[2], tonumber(m[3] or '0') or 0, tonumber(m[4] or '0') or 0
   return EPOCH
+end
+
+-- note_ttl records ttl as the longest TTL in use when it is.
+local function note_ttl(ttl)
+  if ttl > MAXTTL then
+    MAXTTL = ttl
+    redis.call('HSET', K_META, 'maxttl', ttl)
+    redis.call('HSET', K_TOKENS, '\0maxttl', ttl)
+  end
 end
 
 -- entries granted by this step, which their owners must be told about, and
