@@ -394,7 +394,10 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 		limit, c2 = context.WithTimeoutCause(body, st.tool.Timeout, errToolTimeout)
 		stopTimer = func() bool { c2(); return true }
 	}
-	inv := Invocation{CallID: c.ID, Tool: c.Tool, Args: st.ops[j.op], Operation: j.op, Tenant: r.o.Tenant, Entry: j.entry, Tokens: lease.Tokens()}
+	inv := Invocation{
+		CallID: c.ID, Tool: c.Tool, Args: st.ops[j.op], Operation: j.op, Tenant: r.o.Tenant, Entry: j.entry, Tokens: lease.Tokens(),
+		Lost: lease.Lost(), Deadline: lease.Deadline, Margin: r.s.session.TTL() / 10,
+	}
 	started := time.Now()
 	r.emit(Event{Kind: EventStarted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry})
 

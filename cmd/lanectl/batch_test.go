@@ -545,9 +545,39 @@ func TestBatchSignalCancels(t *testing.T) {
 // TestExitDataErrIsItsOwn checks that 65 means nothing else in the table.
 func TestExitDataErrIsItsOwn(t *testing.T) {
 	for _, c := range []int{exitOK, exitNotFound, exitUsage, exitUnavailable, exitInternal, exitWaitTimeout,
-		exitLeaseLost, exitCannotRun, exitCommandNotFound, exitSignal + int(syscall.SIGINT), exitSignal + int(syscall.SIGTERM)} {
+		exitLeaseLost, exitLockCycle, exitCannotRun, exitCommandNotFound, exitSignal + int(syscall.SIGINT), exitSignal + int(syscall.SIGTERM)} {
 		if c == exitDataErr {
 			t.Errorf("exit code %d means data error and something else", c)
 		}
 	}
+}
+
+// TestBatchTokensEscaped runs the case of issue 17, part 3: a concurrency
+// key and a lock key that hold "%", "," and "=" reach the tool escaped, as
+// `lanectl lock` writes them, in memory, on miniredis and on real Redis.
+func TestBatchTokensEscaped(t *testing.T) {
+	check := func(t *testing.T, args []string, flags ...string) {
+		d := newBatchDir(t, `
+[tools.odd]
+command = ["sh", "-c", "printf %s \"$LANES_TOKENS\""]
+concurrency = { key = "a,b=c%d" }
+lock_keys = ["k:{x}"]
+`)
+		args = append(args, "batch", "--json", "--tools", d.tools, "--calls", d.calls(t, "openai-chat", toolCall{"c1", "odd", `{"x": "p,q=r"}`}))
+		code, out, stderr := runBin(t, append(args, flags...)...)
+		if code != 0 {
+			t.Fatalf("batch = %d, stderr %q", code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, []want{{"c1", "odd", "ok", ""}})
+		want := fmt.Sprintf("concurrency:a%%2Cb%%3Dc%%25d=%d,lock:k:p%%2Cq%%3Dr=%d", got[0].Tokens["concurrency:a,b=c%d"], got[0].Tokens["lock:k:p,q=r"])
+		if got[0].Output != want || got[0].Tokens["lock:k:p,q=r"] == 0 {
+			t.Errorf("LANES_TOKENS = %q; want %q", got[0].Output, want)
+		}
+	}
+	t.Run("local", func(t *testing.T) { check(t, nil, "--local") })
+	forEachServer(t, func(t *testing.T, s *server) {
+		check(t, s.args())
+		s.assertEmpty(t)
+	})
 }
