@@ -581,3 +581,43 @@ lock_keys = ["k:{x}"]
 		s.assertEmpty(t)
 	})
 }
+
+// TestBatchFileKeysKernelPath runs issue 17, part 2, through batch: with
+// ws/l a link to real/sub, calls writing real/plan.md and l/../plan.md hold
+// one lock key, the file the kernel opens for both, so they run one after
+// the other with growing tokens.
+func TestBatchFileKeysKernelPath(t *testing.T) {
+	d := newBatchDir(t, `
+[tools.edit]
+command = ["sh", "-c", "cat >/dev/null; printf %s \"$LANES_TOKENS\""]
+safe = true
+lock_keys = ["file:{path}"]
+
+[runner]
+workspace = "ws"
+`)
+	ws := filepath.Join(d.dir, "ws")
+	if err := os.MkdirAll(filepath.Join(ws, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real/sub", filepath.Join(ws, "l")); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "lock:file:" + filepath.Join(real, "real", "plan.md")
+	for _, format := range []string{"anthropic", "openai-chat", "openai-responses"} {
+		calls := d.calls(t, format, toolCall{"c1", "edit", `{"path": "real/plan.md"}`}, toolCall{"c2", "edit", `{"path": "l/../plan.md"}`})
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", calls)
+		if code != 0 {
+			t.Fatalf("%s: batch = %d, stderr %q", format, code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, []want{{"c1", "edit", "ok", ""}, {"c2", "edit", "ok", ""}})
+		if t1, t2 := got[0].Tokens[key], got[1].Tokens[key]; t1 == 0 || t2 <= t1 || len(got[0].Tokens) != 1 || len(got[1].Tokens) != 1 {
+			t.Errorf("%s: tokens %v, %v; want both on %s alone, growing", format, got[0].Tokens, got[1].Tokens, key)
+		}
+	}
+}

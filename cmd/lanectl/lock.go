@@ -77,7 +77,9 @@ once (exit 80).
 
 Unless its standard input is a terminal, CMD runs in a process group of its
 own, and every signal lock sends reaches the whole group, so the commands CMD
-starts stop with it. On Linux, CMD is killed if lock itself dies.
+starts stop with it; when CMD exits, what it left running in its group gets
+SIGKILL before the keys are released. On Linux, CMD is killed if lock itself
+dies (CMD's own process: what it started survives it unless it dies with it).
 
 SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
 128+signal; while CMD runs, the signal is passed on to CMD and lock exits
@@ -248,6 +250,9 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 			}
 			_ = c.Signal(sig)
 		case <-c.Exited():
+			// What CMD left running in its group would run on without the
+			// keys: it goes before they are released.
+			c.KillGroup()
 			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, c.Wait())
 		}
 	}

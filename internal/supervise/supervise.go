@@ -68,9 +68,13 @@ func (c *Child) Wait() error {
 func (c *Child) Signal(sig syscall.Signal) error { return signal(c, sig) }
 
 // KillGroup sends SIGKILL to whatever is left of the command's process
-// group, the command's own process first: once the command exited, the
-// processes it left behind.
-func (c *Child) KillGroup() { _ = signal(c, syscall.SIGKILL) }
+// group: once the command exited, the processes it left behind. It does
+// nothing for a command without a group of its own.
+func (c *Child) KillGroup() {
+	if c.group {
+		_ = signal(c, syscall.SIGKILL)
+	}
+}
 
 // Guarded says what Guard did to the command, in a few words ("" if
 // nothing): "SIGTERM: ..." or "SIGKILL: ...".
