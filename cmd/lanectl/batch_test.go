@@ -621,3 +621,74 @@ workspace = "ws"
 		}
 	}
 }
+
+// TestBatchBadArgumentsFailAlone runs issue 17, part 5, in every format:
+// arguments nested 10,001 levels deep, or that are not an object, fail
+// their own call with their own outcome while the others run; the batch
+// exits 0. OpenAI's arguments are also sent as JSON values, not strings,
+// as some proxies do.
+func TestBatchBadArgumentsFailAlone(t *testing.T) {
+	d := newBatchDir(t, "")
+	deep := `{"x": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
+	calls := []toolCall{
+		{"c1", "echo", `{"q": 1}`},
+		{"c2", "echo", deep},
+		{"c3", "echo", `"just a string"`},
+		{"c4", "echo", `[1, 2]`},
+		{"c5", "echo", `42`},
+		{"c6", "echo", `{"q": 2}`},
+	}
+	ws := []want{
+		{"c1", "echo", "ok", ""},
+		{"c2", "echo", "error", "arguments of echo are nested more than 10000 levels deep"},
+		{"c3", "echo", "error", "arguments of echo must be a JSON object, not a string"},
+		{"c4", "echo", "error", "arguments of echo must be a JSON object, not an array"},
+		{"c5", "echo", "error", "arguments of echo must be a JSON object, not a number"},
+		{"c6", "echo", "ok", ""},
+	}
+	run := func(t *testing.T, path string, ws []want) {
+		t.Helper()
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", path)
+		if code != 0 || stderr != "" {
+			t.Fatalf("batch = %d, stderr %q; want 0 and nothing", code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, ws)
+		if got[0].Output != `{"q": 1}` || got[5].Output != `{"q": 2}` {
+			t.Errorf("outputs %q, %q; want the good calls' arguments", got[0].Output, got[5].Output)
+		}
+	}
+	t.Run("anthropic", func(t *testing.T) {
+		// Built by hand: encoding/json refuses to write the deep input.
+		blocks := []string{`{"type": "text", "text": "Running."}`}
+		for _, c := range calls {
+			blocks = append(blocks, fmt.Sprintf(`{"type": "tool_use", "id": %q, "name": %q, "input": %s}`, c.id, c.tool, c.args))
+		}
+		path := filepath.Join(d.dir, "anthropic.json")
+		writeFile(t, path, `{"role": "assistant", "content": [`+strings.Join(blocks, ",")+`]}`, 0o644)
+		run(t, path, ws)
+	})
+	for _, format := range []string{"openai-chat", "openai-responses"} {
+		t.Run(format, func(t *testing.T) { run(t, d.calls(t, format, calls...), ws) })
+	}
+	t.Run("openai-chat arguments as values", func(t *testing.T) {
+		var tcs []string
+		for _, c := range calls {
+			tcs = append(tcs, fmt.Sprintf(`{"id": %q, "type": "function", "function": {"name": %q, "arguments": %s}}`, c.id, c.tool, c.args))
+		}
+		path := filepath.Join(d.dir, "values.json")
+		writeFile(t, path, `{"choices": [{"message": {"tool_calls": [`+strings.Join(tcs, ",")+`]}}]}`, 0o644)
+		values := slices.Clone(ws)
+		values[2].err = "arguments of echo are not JSON" // a string value holds the arguments' JSON text
+		run(t, path, values)
+	})
+	t.Run("a response cut short is unreadable as a whole", func(t *testing.T) {
+		path := filepath.Join(d.dir, "cut.json")
+		writeFile(t, path, response(t, "openai-chat", calls...)[:1000], 0o644)
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", path)
+		if code != exitDataErr || out != "" || !strings.Contains(stderr, "not JSON") {
+			t.Errorf("batch = %d, %q, stderr %q; want %d, nothing, not JSON", code, out, stderr, exitDataErr)
+		}
+		assertOneLine(t, stderr)
+	})
+}
