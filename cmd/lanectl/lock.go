@@ -22,6 +22,7 @@ import (
 	"github.com/lanes-dev/lanes/internal/laneenv"
 	"github.com/lanes-dev/lanes/internal/supervise"
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/sched"
 )
 
 // Bounds and defaults of `lanectl lock`.
@@ -44,6 +45,7 @@ type lockOptions struct {
 	ttl   time.Duration
 	wait  time.Duration
 	id    string
+	files []string // --file: paths whose lock keys to hold too
 
 	keys []string
 	argv []string
@@ -55,15 +57,19 @@ type lockOptions struct {
 
 func newLockCommand(o *lockOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] KEY... -- CMD [ARG...]",
+		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
 		Short: "Run a command while holding keys: the cluster's flock",
 		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
-key), runs CMD while it holds them and exits with CMD's status. The lease is
-renewed every TTL/3. Its local deadline lies a tenth of the TTL (the margin)
-before Redis could grant the keys to anyone else: once renewals have not
-reached Redis for so long that the deadline is less than the margin away,
-CMD gets SIGTERM; at the deadline the lease is lost, CMD gets SIGKILL and
-lock exits 79. So CMD is gone before another holder can start.
+key), runs CMD while it holds them and exits with CMD's status. --file PATH
+adds the lock key lanectl batch gives that file (lock:file: and the path the
+kernel would open), so lock shares the file's lane with batch tools.
+
+The lease is renewed every TTL/3. Its local deadline lies a tenth of the
+TTL (the margin) before Redis could grant the keys to anyone else: once
+renewals have not reached Redis for so long that the deadline is less than
+the margin away, CMD gets SIGTERM; at the deadline the lease is lost, CMD
+gets SIGKILL and lock exits 79. So CMD is gone before another holder can
+start.
 
 CMD's environment carries LANES_ENTRY (the entry id), LANES_TOKENS
 (key=token,... in the order of the keys, a key's "%", "," and "=" written
@@ -96,6 +102,7 @@ with CMD's status.`,
 	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
 	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
+	f.StringArrayVar(&o.files, "file", nil, "hold the lock key batch's file: lock keys give this file (lock:file: and the path the kernel opens); repeatable")
 	return cmd
 }
 
@@ -105,12 +112,15 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	switch {
 	case dash < 0:
 		return usageErrorf(`lock needs "--" between the keys and the command: lanectl lock KEY... -- CMD [ARG...]`)
-	case dash == 0:
-		return usageErrorf("lock needs at least one KEY before --")
+	case dash == 0 && len(o.files) == 0:
+		return usageErrorf("lock needs at least one KEY (or --file) before --")
 	case dash == len(args):
 		return usageErrorf("lock needs a command after --")
 	}
-	o.keys, o.argv = args[:dash], args[dash:]
+	o.keys, o.argv = slices.Clip(args[:dash]), args[dash:]
+	if err := o.fileKeys(); err != nil {
+		return err
+	}
 	switch {
 	case o.argv[0] == "":
 		return usageErrorf("lock needs a command after --, got an empty name")
@@ -139,6 +149,26 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	req.ID = "-" // checked above; the rest of the request is checked here
 	if err := req.Validate(); err != nil {
 		return usageErrorf("%s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+	}
+	return nil
+}
+
+// fileKeys adds the lock key of each --file to the keys, as `lanectl batch`
+// names it for a file: lock key template: "lock:file:" and the path the
+// kernel would open (sched.FileKey), so lock and batch tools share the
+// file's lane. A lock key allows one holder.
+func (o *lockOptions) fileKeys() error {
+	if len(o.files) > 0 && o.limit != 1 {
+		return usageErrorf("--file takes a file's lock key, which allows one holder: --limit must be 1, got %d", o.limit)
+	}
+	for _, f := range o.files {
+		k, err := sched.FileKey("", f)
+		if err != nil {
+			return usageErrorf("--file %q: %v", f, err)
+		}
+		if k = sched.LockPrefix + k; !slices.Contains(o.keys, k) {
+			o.keys = append(o.keys, k)
+		}
 	}
 	return nil
 }

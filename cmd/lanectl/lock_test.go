@@ -279,3 +279,36 @@ func TestLockWaiterReleasedByForce(t *testing.T) {
 		}
 	})
 }
+
+// TestLockFileSharesBatchLane: lanectl lock --file names the lock key batch
+// gives the file (issue 17, part 2, for lock): with ws/l a link to real/sub,
+// --file ws/l/../plan.md holds lock:file:<ws>/real/plan.md, the lane of a
+// batch tool whose lock key is file:{path} with path real/plan.md. On
+// miniredis.
+func TestLockFileSharesBatchLane(t *testing.T) {
+	s := newMiniredis(t)
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real/sub", filepath.Join(ws, "l")); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runBin(t, s.args("lock", "--file", filepath.Join(ws, "l")+"/../plan.md", "--", "sh", "-c", `printf %s "$LANES_TOKENS"`)...)
+	key := "lock:file:" + filepath.Join(real, "real", "plan.md")
+	if code != 0 || !strings.HasPrefix(out, key+"=") || strings.Contains(out, ",") {
+		t.Errorf("lock --file = %d, LANES_TOKENS %q (stderr %q); want %s=TOKEN alone", code, out, stderr, key)
+	}
+	for _, args := range [][]string{
+		{"lock", "--file", "x", "--limit", "2", "--", "true"},
+		{"lock", "--", "true"},
+	} {
+		if code, _, stderr := runInProcess(t, args...); code != exitUsage {
+			t.Errorf("lanectl %q = %d (%q); want %d", args, code, stderr, exitUsage)
+		}
+	}
+}
