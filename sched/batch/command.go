@@ -228,8 +228,11 @@ func drain(w io.Writer, r *os.File, done chan<- struct{}) {
 
 // readOutput waits, once the command exited and its group was killed, for
 // both drains to end: at once unless a process outside the group holds the
-// pipes. It stops reading after OutputDrain, or before ctx's deadline (a
-// timeout that has not passed must not be reported as passed).
+// pipes. Once OutputDrain has passed, or half the time left before ctx's
+// deadline (a timeout that has not passed must not be reported as passed),
+// it ends the drains, as soon as no written byte waits in the pipes: what
+// the command wrote before its exit is never cut, only what an escaped
+// process writes after it (within another OutputDrain at most).
 func readOutput(ctx context.Context, copied <-chan struct{}, pipes ...*os.File) {
 	bound := OutputDrain
 	if d, ok := ctx.Deadline(); ok {
@@ -237,19 +240,29 @@ func readOutput(ctx context.Context, copied <-chan struct{}, pipes ...*os.File) 
 	}
 	timer := time.NewTimer(max(bound, 0))
 	defer timer.Stop()
-	for n := 0; n < len(pipes); n++ {
+	cutoff := time.Now().Add(max(bound, 0) + OutputDrain)
+	for n := 0; n < len(pipes); {
 		select {
 		case <-copied:
+			n++
+			continue
 		case <-timer.C:
-			for _, p := range pipes {
-				if p.SetReadDeadline(time.Now()) != nil { // ends the drains
-					p.Close() // where pipes have no deadlines
-				}
+		}
+		waiting := 0
+		for _, p := range pipes {
+			waiting += pending(p)
+		}
+		if waiting > 0 && time.Now().Before(cutoff) {
+			timer.Reset(time.Millisecond) // let the drains take what was written
+			continue
+		}
+		for _, p := range pipes {
+			if p.SetReadDeadline(time.Now()) != nil { // ends the drains
+				p.Close() // where pipes have no deadlines
 			}
-			for ; n < len(pipes); n++ {
-				<-copied
-			}
-			return
+		}
+		for ; n < len(pipes); n++ {
+			<-copied
 		}
 	}
 }

@@ -418,3 +418,30 @@ func laneenvParseTokens(v string) (map[string]uint64, error) {
 	}
 	return out, nil
 }
+
+// TestCommandOutputBeforeExitIsKept runs a command that writes 200,000
+// bytes and exits while an escaped child (setsid) keeps its output open,
+// under a context whose deadline is near: the drains end early, so that no
+// timeout is reported that did not happen, but nothing the command wrote
+// before its exit is cut.
+func TestCommandOutputBeforeExitIsKept(t *testing.T) {
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Skipf("SKIP: no setsid command (%v)", err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "big"), `"$2" sh -c 'echo $$ > "$1"; exec sleep 30' sh "$1" &
+while [ ! -s "$1" ]; do sleep 0.01; done
+head -c 200000 /dev/zero | tr '\0' x`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out, err := batch.Command([]string{sh, pidFile, setsid}, "")(ctx, inv)
+	b, _ := os.ReadFile(pidFile)
+	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || len(out) != 200000 || strings.Trim(out, "x") != "" {
+		t.Errorf("Command() = %d bytes, %v; want the 200000 bytes written before the exit", len(out), err)
+	}
+}
