@@ -55,11 +55,13 @@ func checkLeftoverLog(t *testing.T, log, pidFile string) {
 	}
 }
 
-// TestBatchLeftoverChildStatusFollowsExit runs issue 17's tool, sh -c
-// "... & echo started" with timeout 1s, then a call on the same
-// concurrency key: the first ends ok with its output (not timed_out), and
-// its background child is gone before the second starts. In memory, on
-// miniredis and on real Redis.
+// TestBatchLeftoverChildStatusFollowsExit runs a tool that leaves a
+// writing child behind, with timeout 1s, then a call on the same
+// concurrency key, then issue 17's own tool, sh -c "sleep 30 & echo
+// started" with timeout 1s: the first and the last end ok with their
+// output (not timed_out), and the first one's background child is gone
+// before the second starts. In memory, on miniredis and on real Redis, for
+// each format.
 func TestBatchLeftoverChildStatusFollowsExit(t *testing.T) {
 	check := func(t *testing.T, args []string, flags ...string) {
 		dir := t.TempDir()
@@ -75,18 +77,24 @@ timeout = "1s"
 command = ["sh", "-c", "echo B >> \"$0\"", %q]
 concurrency = { key = "k" }
 safe = true
+
+[tools.issue]
+command = ["sh", "-c", "sleep 30 & echo started"]
+concurrency = { key = "k" }
+safe = true
+timeout = "1s"
 `, leftoverScript, log, pidFile, log))
 		for _, format := range []string{"anthropic", "openai-chat", "openai-responses"} {
 			os.Remove(log)
-			calls := d.calls(t, format, toolCall{"c1", "leave", `{}`}, toolCall{"c2", "mark", `{}`})
+			calls := d.calls(t, format, toolCall{"c1", "leave", `{}`}, toolCall{"c2", "mark", `{}`}, toolCall{"c3", "issue", `{}`})
 			code, out, stderr := runBin(t, append(append(args, "batch", "--json", "--tools", d.tools, "--calls", calls), flags...)...)
 			if code != 0 {
 				t.Fatalf("%s: batch = %d, stderr %q", format, code, stderr)
 			}
 			got := decodeBatch(t, out)
-			checkOutcomes(t, got, []want{{"c1", "leave", "ok", ""}, {"c2", "mark", "ok", ""}})
-			if got[0].Output != "started" {
-				t.Errorf("%s: c1 output = %q; want started", format, got[0].Output)
+			checkOutcomes(t, got, []want{{"c1", "leave", "ok", ""}, {"c2", "mark", "ok", ""}, {"c3", "issue", "ok", ""}})
+			if got[0].Output != "started" || got[2].Output != "started" {
+				t.Errorf("%s: c1, c3 output = %q, %q; want started", format, got[0].Output, got[2].Output)
 			}
 			checkLeftoverLog(t, log, pidFile)
 		}
