@@ -56,8 +56,7 @@ func FileKey(root, path string) (string, error) {
 // see FileKey.
 func resolve(p string) (string, error) {
 	vol := filepath.VolumeName(p)
-	top := vol + string(filepath.Separator)
-	cur := top // what the components so far resolved to
+	cur := vol + string(filepath.Separator) // what the components so far resolved to
 	rest := components(p[len(vol):])
 	exists, links := true, 0
 	for len(rest) > 0 {
@@ -103,7 +102,7 @@ func resolve(p string) (string, error) {
 // components splits p on separators, leaving out empty and "." components.
 func components(p string) []string {
 	var out []string
-	for _, c := range strings.FieldsFunc(p, func(r rune) bool { return os.IsPathSeparator(uint8(r)) && r < 0x80 }) {
+	for _, c := range strings.FieldsFunc(p, func(r rune) bool { return r < 0x80 && os.IsPathSeparator(uint8(r)) }) {
 		if c != "." {
 			out = append(out, c)
 		}
