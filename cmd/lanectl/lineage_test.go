@@ -111,3 +111,34 @@ func TestLockCycleFailsAtOnce(t *testing.T) {
 		s.assertEmpty(t)
 	})
 }
+
+// TestMalformedLineageIsUsage: a LANES_LINEAGE that does not parse, or is
+// longer than lanes allows, is a usage error in one line, for lock and
+// batch, before anything reaches Redis.
+func TestMalformedLineageIsUsage(t *testing.T) {
+	d := newBatchDir(t, "")
+	calls := d.calls(t, "anthropic", toolCall{"c1", "echo", `{}`})
+	long := strings.TrimSuffix(strings.Repeat("e,", 65), ",")
+	for _, lineage := range []string{"a,,b", "a%zz", long} {
+		env := func(k string) string {
+			switch k {
+			case "LANES_LINEAGE":
+				return lineage
+			case "LANES_ENTRY":
+				return "e"
+			}
+			return ""
+		}
+		for _, args := range [][]string{
+			{"--redis", "redis://127.0.0.1:1", "lock", "k", "--", "true"},
+			{"--redis", "redis://127.0.0.1:1", "batch", "--tools", d.tools, "--calls", calls},
+		} {
+			var out, errb strings.Builder
+			code := run(t.Context(), nil, args, strings.NewReader(""), &out, &errb, env)
+			if code != exitUsage || !strings.Contains(errb.String(), "LANES_LINEAGE") {
+				t.Errorf("LANES_LINEAGE=%.20q lanectl %s = %d, %q; want %d naming LANES_LINEAGE", lineage, args[2], code, errb.String(), exitUsage)
+			}
+			assertOneLine(t, errb.String())
+		}
+	}
+}
