@@ -274,6 +274,7 @@ func TestConcurrencyKeyAloneMeansOne(t *testing.T) {
 // Issue 17, part 5: arguments that cannot be used (too deep for
 // encoding/json, not an object, a fan-out array holding something else than
 // objects) fail their own call, before anything runs, and the others run.
+// In memory, on miniredis and on real Redis.
 func TestUnusableArgumentsFailTheirCallAlone(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		noop := func(context.Context, sched.Invocation) (string, error) { return "", nil }

@@ -585,7 +585,7 @@ lock_keys = ["k:{x}"]
 // TestBatchFileKeysKernelPath runs issue 17, part 2, through batch: with
 // ws/l a link to real/sub, calls writing real/plan.md and l/../plan.md hold
 // one lock key, the file the kernel opens for both, so they run one after
-// the other with growing tokens.
+// the other with growing tokens. In memory (--local), in each format.
 func TestBatchFileKeysKernelPath(t *testing.T) {
 	d := newBatchDir(t, `
 [tools.edit]
@@ -626,7 +626,7 @@ workspace = "ws"
 // arguments nested 10,001 levels deep, or that are not an object, fail
 // their own call with their own outcome while the others run; the batch
 // exits 0. OpenAI's arguments are also sent as JSON values, not strings,
-// as some proxies do.
+// as some proxies do. In memory (--local): the lanes play no part.
 func TestBatchBadArgumentsFailAlone(t *testing.T) {
 	d := newBatchDir(t, "")
 	deep := `{"x": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`

@@ -81,6 +81,7 @@ func TestLockIDInUse(t *testing.T) {
 
 // Keys with "%", "," or "=" are escaped in LANES_TOKENS, by the encoder
 // batch uses too (issue 17, part 3), and LANES_LINEAGE ends with the entry.
+// On miniredis.
 func TestLockTokensEscapeSeparators(t *testing.T) {
 	s := newMiniredis(t)
 	code, out, stderr := runBin(t, s.args("lock", "a,b=c%d", "k:p,q=r", "--", "sh", "-c", `printf '%s\n%s\n%s' "$LANES_TOKENS" "$LANES_LINEAGE" "$LANES_ENTRY"`)...)
