@@ -116,6 +116,22 @@ type Invocation struct {
 	Tenant    string
 	Entry     string            // the lanes entry id
 	Tokens    map[string]uint64 // fencing token per lane key held (tenant:, tool:, concurrency:, lock:)
+
+	// Lost is closed when the execution's lease is lost (lanes.Lease.Lost).
+	// Its lanes may be granted to another holder a margin later (Margin),
+	// so whatever the body started must be stopped by then: a body whose
+	// ctx already ended for another reason (its timeout) and that is still
+	// stopping learns it here. Nil when the lease can never be lost.
+	Lost <-chan struct{}
+	// Deadline returns the lease's local deadline (lanes.Lease.Deadline):
+	// when Lost closes unless a heartbeat renews the lease first. It moves
+	// with each renewal; the zero time means none. A body that stops its
+	// work gracefully starts doing so once the deadline is less than Margin
+	// away. Nil, like the zero time, means no deadline.
+	Deadline func() time.Time
+	// Margin is how long before the backend could expire the lease its
+	// local deadline lies: a tenth of the Session's TTL.
+	Margin time.Duration
 }
 
 // Tool declares one tool of a Config.

@@ -6,18 +6,31 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 )
 
-// FileKey returns the lock key of the file at path: "file:" and its real
-// path, every symlink followed, so every spelling of one file gives one key.
-// A relative path is taken against root (the workspace root; empty means the
-// working directory). A file that does not exist yet gets the real path of
-// its deepest existing parent joined with the rest, so the calls that will
-// create it share its key with those that write it later.
+// maxLinks bounds the symbolic links FileKey follows for one path, as the
+// kernel's ELOOP does.
+const maxLinks = 255
+
+// FileKey returns the lock key of the file at path: "file:" and the path the
+// kernel would open, so every spelling of one file gives one key. A relative
+// path is taken against root (the workspace root; empty means the working
+// directory).
 //
-// ".." is resolved by the lexical rule of filepath.Clean before symlinks are
-// followed. It fails only when the working directory or a parent cannot be
-// read (a permission error, say).
+// The path is resolved as the kernel resolves it, one component at a time
+// from the root: a symbolic link is replaced by its target (followed again,
+// up to 255 links), and ".." goes to the parent of what the components
+// before it resolved to, so with ws/l a link to real/sub, "l/../plan.md" is
+// ws/real/plan.md, not ws/plan.md. Once a component does not exist, the
+// rest (the file a call will create, and its new directories) is taken
+// lexically, ".." removing the component before it, so the calls that will
+// create a file share its key with those that write it later.
+//
+// It fails for an empty path, a loop of symbolic links, and when the
+// working directory or an existing parent cannot be read (a permission
+// error, say).
 func FileKey(root, path string) (string, error) {
 	if path == "" {
 		return "", errors.New("empty file path")
@@ -30,23 +43,69 @@ func FileKey(root, path string) (string, error) {
 			}
 			root = wd
 		}
-		path = filepath.Join(root, path)
+		path = root + string(filepath.Separator) + path // not Join: it would clean ".." lexically
 	}
-	path = filepath.Clean(path)
-	var rest []string
-	for dir := path; ; {
-		real, err := filepath.EvalSymlinks(dir)
-		if err == nil {
-			return "file:" + filepath.Join(append([]string{real}, rest...)...), nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("file key of %q: %w", path, err)
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "file:" + path, nil
-		}
-		rest = append([]string{filepath.Base(dir)}, rest...)
-		dir = parent
+	real, err := resolve(path)
+	if err != nil {
+		return "", fmt.Errorf("file key of %q: %w", path, err)
 	}
+	return "file:" + real, nil
+}
+
+// resolve returns the path the kernel would open for the absolute path p:
+// see FileKey.
+func resolve(p string) (string, error) {
+	vol := filepath.VolumeName(p)
+	cur := vol + string(filepath.Separator) // what the components so far resolved to
+	rest := components(p[len(vol):])
+	exists, links := true, 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		if c == ".." {
+			cur = filepath.Dir(cur) // the parent of the top is the top
+			continue
+		}
+		next := filepath.Join(cur, c)
+		if !exists {
+			cur = next
+			continue
+		}
+		fi, err := os.Lstat(next)
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			exists = false // from here on, lexically
+			cur = next
+			continue
+		case err != nil:
+			return "", err
+		case fi.Mode()&fs.ModeSymlink == 0:
+			cur = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return "", fmt.Errorf("more than %d symbolic links (a loop?) at %s", maxLinks, next)
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return "", err
+		}
+		if filepath.IsAbs(target) {
+			tv := filepath.VolumeName(target)
+			cur, target = tv+string(filepath.Separator), target[len(tv):]
+		}
+		rest = append(components(target), rest...)
+	}
+	return cur, nil
+}
+
+// components splits p on separators, leaving out empty and "." components.
+func components(p string) []string {
+	var out []string
+	for _, c := range strings.FieldsFunc(p, func(r rune) bool { return r < 0x80 && os.IsPathSeparator(uint8(r)) }) {
+		if c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
 }

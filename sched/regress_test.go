@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -268,4 +269,41 @@ func TestConcurrencyKeyAloneMeansOne(t *testing.T) {
 			t.Errorf("%+v: %d at once; want %d", tc.c, most.Load(), tc.want)
 		}
 	}
+}
+
+// Issue 17, part 5: arguments that cannot be used (too deep for
+// encoding/json, not an object, a fan-out array holding something else than
+// objects) fail their own call, before anything runs, and the others run.
+// In memory, on miniredis and on real Redis.
+func TestUnusableArgumentsFailTheirCallAlone(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		noop := func(context.Context, sched.Invocation) (string, error) { return "", nil }
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+			"t": {Safe: safe, Run: noop, Concurrency: sched.Concurrency{Key: "k"}},
+			"f": {Safe: safe, Run: noop, FanOut: &sched.FanOut{}},
+		}})
+		deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+		cs := []sched.Call{
+			{ID: "a", Tool: "t", Args: json.RawMessage(`{}`)},
+			{ID: "b", Tool: "t", Args: json.RawMessage(`{"x": ` + deep + `}`)},
+			{ID: "c", Tool: "t", Args: json.RawMessage(`"s"`)},
+			{ID: "d", Tool: "t", Args: json.RawMessage(`[{}]`)},
+			{ID: "e", Tool: "f", Args: json.RawMessage(`[{}, 1]`)},
+			{ID: "f", Tool: "f", Args: json.RawMessage(`[{}, {}]`)},
+			{ID: "g", Tool: "t", Args: json.RawMessage(`null`)},
+		}
+		res := e.run(s, cs, sched.Options{})
+		wantStatus(t, res, map[string]sched.Status{"a": sched.OK, "b": sched.Failed, "c": sched.Failed, "d": sched.Failed, "e": sched.Failed, "f": sched.OK, "g": sched.Failed})
+		for i, want := range map[int]string{
+			1: "arguments of t are nested more than 10000 levels deep",
+			2: "arguments of t must be a JSON object, not a string",
+			3: "arguments of t must be a JSON object, not an array",
+			4: "arguments of f: operation 1 must be a JSON object, not a number",
+			6: "arguments of t must be a JSON object, not null",
+		} {
+			if err := res.Outcomes[i].Err; err == nil || err.Error() != want {
+				t.Errorf("%s: %v; want %q", cs[i].ID, err, want)
+			}
+		}
+	})
 }

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -160,10 +161,55 @@ func (r *run) check(c Call, seen map[string]bool) string {
 		return fmt.Sprintf("unknown tool %q", c.Tool)
 	case t.Disabled:
 		return fmt.Sprintf("tool %s is disabled", c.Tool)
-	case !json.Valid(c.Args):
+	}
+	return argsProblem(c, t)
+}
+
+// argsProblem says why a call's arguments cannot be used, or "": they must
+// be a JSON object, or for a tool that fans out an array of objects (one
+// per operation), that encoding/json reads (at most 10,000 levels deep).
+func argsProblem(c Call, t Tool) string {
+	var v json.RawMessage
+	if err := json.Unmarshal(c.Args, &v); err != nil {
+		if strings.Contains(err.Error(), "exceeded max depth") {
+			return fmt.Sprintf("arguments of %s are nested more than 10000 levels deep", c.Tool)
+		}
 		return fmt.Sprintf("arguments of %s are not JSON: %.80q", c.Tool, string(c.Args))
 	}
+	if kind := jsonKind(v); kind != "an object" {
+		if t.FanOut == nil || kind != "an array" {
+			return fmt.Sprintf("arguments of %s must be a JSON object, not %s", c.Tool, kind)
+		}
+		var ops []json.RawMessage
+		_ = json.Unmarshal(v, &ops)
+		for i, op := range ops {
+			if k := jsonKind(op); k != "an object" {
+				return fmt.Sprintf("arguments of %s: operation %d must be a JSON object, not %s", c.Tool, i, k)
+			}
+		}
+	}
 	return ""
+}
+
+// jsonKind names the type of the JSON value v, with an article.
+func jsonKind(v json.RawMessage) string {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // phases splits the live calls into phases (rule 3): consecutive safe calls
@@ -394,7 +440,10 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 		limit, c2 = context.WithTimeoutCause(body, st.tool.Timeout, errToolTimeout)
 		stopTimer = func() bool { c2(); return true }
 	}
-	inv := Invocation{CallID: c.ID, Tool: c.Tool, Args: st.ops[j.op], Operation: j.op, Tenant: r.o.Tenant, Entry: j.entry, Tokens: lease.Tokens()}
+	inv := Invocation{
+		CallID: c.ID, Tool: c.Tool, Args: st.ops[j.op], Operation: j.op, Tenant: r.o.Tenant, Entry: j.entry, Tokens: lease.Tokens(),
+		Lost: lease.Lost(), Deadline: lease.Deadline, Margin: r.s.session.TTL() / 10,
+	}
 	started := time.Now()
 	r.emit(Event{Kind: EventStarted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry})
 

@@ -37,6 +37,10 @@ const (
 type Call struct {
 	ID   string
 	Tool string
+	// Args is a JSON object, or for a tool that fans out, an array of
+	// objects (one per operation). Arguments that are not JSON, that
+	// encoding/json cannot read (more than 10,000 levels deep) or that are
+	// of another type fail this call alone, before anything runs (rule 1).
 	Args json.RawMessage
 }
 

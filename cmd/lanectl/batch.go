@@ -37,6 +37,7 @@ type batchOptions struct {
 	calls   string
 	tenant  string
 	runID   string
+	ttl     time.Duration
 	local   bool
 	noLanes bool
 	events  bool
@@ -44,7 +45,7 @@ type batchOptions struct {
 
 func newBatchCommand(o *batchOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "batch --tools FILE --calls FILE [--tenant T] [--run-id ID] [--local] [--events] [--json]",
+		Use:   "batch --tools FILE --calls FILE [--tenant T] [--run-id ID] [--ttl D] [--local] [--events] [--json]",
 		Short: "Run the tool calls of one model response through the scheduler",
 		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
 OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
@@ -53,8 +54,21 @@ TOML file --tools, and prints the calls' outcomes in call order.
 
 A tool's command reads the call's arguments, JSON, on its standard input and
 writes its result on its standard output; its environment carries
-LANES_CALL_ID, LANES_TOOL, LANES_TENANT, LANES_ENTRY, LANES_OPERATION and
-LANES_TOKENS (key=token,... by lane key, such as concurrency:rfd=7).
+LANES_CALL_ID, LANES_TOOL, LANES_TENANT, LANES_ENTRY, LANES_OPERATION,
+LANES_TOKENS (key=token,... by lane key, such as concurrency:rfd=7, a key's
+"%", "," and "=" written %25, %2C and %3D), LANES_LINEAGE (the entries the
+call is nested under and its own, outermost first, escaped the same way) and
+LANES_NAMESPACE. A lanectl batch or lock that a tool runs takes that lineage
+as its own: its calls re-enter the lanes the tool's call holds at once, and
+a request that would close a wait-for cycle fails at once.
+
+A call's status follows its command's own exit: what the command leaves
+running in its process group is killed when it exits, and its output is what
+it wrote until then. A command runs in a process group of its own; on Linux
+it is killed if batch dies. It gets SIGTERM once its lease's local deadline
+is less than a tenth of --ttl away (renewals are not reaching Redis) and
+SIGKILL when the lease is lost, a tenth of --ttl before Redis could grant its
+lanes to anyone else.
 
 The lanes live in Redis (--redis), shared with every other batch of the
 namespace, or with --local in this process only. --events prints the
@@ -75,6 +89,7 @@ cancelled the batch (its outcomes are printed first).`,
 	f.StringVar(&o.tools, "tools", "", "TOML file declaring the tools and the runner's limits")
 	f.StringVar(&o.calls, "calls", "", "JSON model response whose tool calls to run; - for standard input")
 	f.StringVar(&o.tenant, "tenant", "", "tenant the calls run for (the runner's per_tenant lane)")
+	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the batch's entries (at least 30ms); a tool is killed a tenth of it before its lanes could pass on")
 	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries (default: a random one); re-running with the same id keeps the calls' places")
 	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
 	f.BoolVar(&o.events, "events", false, "print each scheduler event (queued, granted, started, finished) to standard error")
@@ -89,6 +104,8 @@ func (o *batchOptions) complete() error {
 		return usageErrorf("batch needs --tools FILE")
 	case o.calls == "":
 		return usageErrorf("batch needs --calls FILE (- for standard input)")
+	case o.ttl < minLockTTL:
+		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
 	}
 	if o.runID != "" {
 		req := lanes.Request{ID: o.runID + "/call"}
@@ -107,6 +124,19 @@ func (o *batchOptions) complete() error {
 
 func (o *batchOptions) run(cmd *cobra.Command) error {
 	ctx := cmd.Context()
+	// A batch started by a tool or a lock command runs nested under it
+	// (DESIGN.md invariant 10): its calls re-enter the lanes their parent
+	// holds, and a cycle fails at once.
+	lineage, err := inheritedLineage(o.global)
+	if err != nil {
+		return err
+	}
+	if len(lineage) > 0 {
+		ctx = lanes.WithLineage(ctx, lineage)
+	}
+	if !o.local {
+		ctx = batch.WithNamespace(ctx, o.global.namespace)
+	}
 	cfg, err := batch.LoadConfig(o.tools)
 	if err != nil {
 		return &exitError{code: exitDataErr, err: err}
@@ -125,7 +155,7 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	}
 	defer closeBackend()
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	sess, err := lanes.NewSession(sctx, b)
+	sess, err := lanes.NewSession(sctx, b, lanes.WithTTL(o.ttl), lanes.WithReleaseTimeout(min(o.ttl, maxReleaseWait)))
 	cancel()
 	if err != nil {
 		return o.setupError(ctx, err)

@@ -545,9 +545,150 @@ func TestBatchSignalCancels(t *testing.T) {
 // TestExitDataErrIsItsOwn checks that 65 means nothing else in the table.
 func TestExitDataErrIsItsOwn(t *testing.T) {
 	for _, c := range []int{exitOK, exitNotFound, exitUsage, exitUnavailable, exitInternal, exitWaitTimeout,
-		exitLeaseLost, exitCannotRun, exitCommandNotFound, exitSignal + int(syscall.SIGINT), exitSignal + int(syscall.SIGTERM)} {
+		exitLeaseLost, exitLockCycle, exitCannotRun, exitCommandNotFound, exitSignal + int(syscall.SIGINT), exitSignal + int(syscall.SIGTERM)} {
 		if c == exitDataErr {
 			t.Errorf("exit code %d means data error and something else", c)
 		}
 	}
+}
+
+// TestBatchTokensEscaped runs the case of issue 17, part 3: a concurrency
+// key and a lock key that hold "%", "," and "=" reach the tool escaped, as
+// `lanectl lock` writes them, in memory, on miniredis and on real Redis.
+func TestBatchTokensEscaped(t *testing.T) {
+	check := func(t *testing.T, args []string, flags ...string) {
+		d := newBatchDir(t, `
+[tools.odd]
+command = ["sh", "-c", "printf %s \"$LANES_TOKENS\""]
+concurrency = { key = "a,b=c%d" }
+lock_keys = ["k:{x}"]
+`)
+		args = append(args, "batch", "--json", "--tools", d.tools, "--calls", d.calls(t, "openai-chat", toolCall{"c1", "odd", `{"x": "p,q=r"}`}))
+		code, out, stderr := runBin(t, append(args, flags...)...)
+		if code != 0 {
+			t.Fatalf("batch = %d, stderr %q", code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, []want{{"c1", "odd", "ok", ""}})
+		want := fmt.Sprintf("concurrency:a%%2Cb%%3Dc%%25d=%d,lock:k:p%%2Cq%%3Dr=%d", got[0].Tokens["concurrency:a,b=c%d"], got[0].Tokens["lock:k:p,q=r"])
+		if got[0].Output != want || got[0].Tokens["lock:k:p,q=r"] == 0 {
+			t.Errorf("LANES_TOKENS = %q; want %q", got[0].Output, want)
+		}
+	}
+	t.Run("local", func(t *testing.T) { check(t, nil, "--local") })
+	forEachServer(t, func(t *testing.T, s *server) {
+		check(t, s.args())
+		s.assertEmpty(t)
+	})
+}
+
+// TestBatchFileKeysKernelPath runs issue 17, part 2, through batch: with
+// ws/l a link to real/sub, calls writing real/plan.md and l/../plan.md hold
+// one lock key, the file the kernel opens for both, so they run one after
+// the other with growing tokens. In memory (--local), in each format.
+func TestBatchFileKeysKernelPath(t *testing.T) {
+	d := newBatchDir(t, `
+[tools.edit]
+command = ["sh", "-c", "cat >/dev/null; printf %s \"$LANES_TOKENS\""]
+safe = true
+lock_keys = ["file:{path}"]
+
+[runner]
+workspace = "ws"
+`)
+	ws := filepath.Join(d.dir, "ws")
+	if err := os.MkdirAll(filepath.Join(ws, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real/sub", filepath.Join(ws, "l")); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "lock:file:" + filepath.Join(real, "real", "plan.md")
+	for _, format := range []string{"anthropic", "openai-chat", "openai-responses"} {
+		calls := d.calls(t, format, toolCall{"c1", "edit", `{"path": "real/plan.md"}`}, toolCall{"c2", "edit", `{"path": "l/../plan.md"}`})
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", calls)
+		if code != 0 {
+			t.Fatalf("%s: batch = %d, stderr %q", format, code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, []want{{"c1", "edit", "ok", ""}, {"c2", "edit", "ok", ""}})
+		if t1, t2 := got[0].Tokens[key], got[1].Tokens[key]; t1 == 0 || t2 <= t1 || len(got[0].Tokens) != 1 || len(got[1].Tokens) != 1 {
+			t.Errorf("%s: tokens %v, %v; want both on %s alone, growing", format, got[0].Tokens, got[1].Tokens, key)
+		}
+	}
+}
+
+// TestBatchBadArgumentsFailAlone runs issue 17, part 5, in every format:
+// arguments nested 10,001 levels deep, or that are not an object, fail
+// their own call with their own outcome while the others run; the batch
+// exits 0. OpenAI's arguments are also sent as JSON values, not strings,
+// as some proxies do. In memory (--local): the lanes play no part.
+func TestBatchBadArgumentsFailAlone(t *testing.T) {
+	d := newBatchDir(t, "")
+	deep := `{"x": ` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`
+	calls := []toolCall{
+		{"c1", "echo", `{"q": 1}`},
+		{"c2", "echo", deep},
+		{"c3", "echo", `"just a string"`},
+		{"c4", "echo", `[1, 2]`},
+		{"c5", "echo", `42`},
+		{"c6", "echo", `{"q": 2}`},
+	}
+	ws := []want{
+		{"c1", "echo", "ok", ""},
+		{"c2", "echo", "error", "arguments of echo are nested more than 10000 levels deep"},
+		{"c3", "echo", "error", "arguments of echo must be a JSON object, not a string"},
+		{"c4", "echo", "error", "arguments of echo must be a JSON object, not an array"},
+		{"c5", "echo", "error", "arguments of echo must be a JSON object, not a number"},
+		{"c6", "echo", "ok", ""},
+	}
+	run := func(t *testing.T, path string, ws []want) {
+		t.Helper()
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", path)
+		if code != 0 || stderr != "" {
+			t.Fatalf("batch = %d, stderr %q; want 0 and nothing", code, stderr)
+		}
+		got := decodeBatch(t, out)
+		checkOutcomes(t, got, ws)
+		if got[0].Output != `{"q": 1}` || got[5].Output != `{"q": 2}` {
+			t.Errorf("outputs %q, %q; want the good calls' arguments", got[0].Output, got[5].Output)
+		}
+	}
+	t.Run("anthropic", func(t *testing.T) {
+		// Built by hand: encoding/json refuses to write the deep input.
+		blocks := []string{`{"type": "text", "text": "Running."}`}
+		for _, c := range calls {
+			blocks = append(blocks, fmt.Sprintf(`{"type": "tool_use", "id": %q, "name": %q, "input": %s}`, c.id, c.tool, c.args))
+		}
+		path := filepath.Join(d.dir, "anthropic.json")
+		writeFile(t, path, `{"role": "assistant", "content": [`+strings.Join(blocks, ",")+`]}`, 0o644)
+		run(t, path, ws)
+	})
+	for _, format := range []string{"openai-chat", "openai-responses"} {
+		t.Run(format, func(t *testing.T) { run(t, d.calls(t, format, calls...), ws) })
+	}
+	t.Run("openai-chat arguments as values", func(t *testing.T) {
+		var tcs []string
+		for _, c := range calls {
+			tcs = append(tcs, fmt.Sprintf(`{"id": %q, "type": "function", "function": {"name": %q, "arguments": %s}}`, c.id, c.tool, c.args))
+		}
+		path := filepath.Join(d.dir, "values.json")
+		writeFile(t, path, `{"choices": [{"message": {"tool_calls": [`+strings.Join(tcs, ",")+`]}}]}`, 0o644)
+		values := slices.Clone(ws)
+		values[2].err = "arguments of echo are not JSON" // a string value holds the arguments' JSON text
+		run(t, path, values)
+	})
+	t.Run("a response cut short is unreadable as a whole", func(t *testing.T) {
+		path := filepath.Join(d.dir, "cut.json")
+		writeFile(t, path, response(t, "openai-chat", calls...)[:1000], 0o644)
+		code, out, stderr := runBin(t, "batch", "--local", "--json", "--tools", d.tools, "--calls", path)
+		if code != exitDataErr || out != "" || !strings.Contains(stderr, "not JSON") {
+			t.Errorf("batch = %d, %q, stderr %q; want %d, nothing, not JSON", code, out, stderr, exitDataErr)
+		}
+		assertOneLine(t, stderr)
+	})
 }

@@ -48,8 +48,13 @@ const (
 	exitNoPerm = 77
 
 	// exitLeaseLost: the lease was lost while the command ran; the command
-	// was sent SIGTERM (lanes.ErrLeaseLost). Outside sysexits on purpose.
+	// was killed (lanes.ErrLeaseLost). Outside sysexits on purpose.
 	exitLeaseLost = 79
+
+	// exitLockCycle: the request would close a wait-for cycle through
+	// nested calls (lanes.ErrLockCycle): it was refused at once, and
+	// nothing was left queued. Outside sysexits on purpose.
+	exitLockCycle = 80
 
 	// exitCannotRun: the command was found but could not be executed.
 	exitCannotRun = 126
@@ -88,6 +93,8 @@ func exitCode(err error) int {
 		return exitWaitTimeout
 	case errors.Is(err, lanes.ErrLeaseLost):
 		return exitLeaseLost
+	case errors.Is(err, lanes.ErrLockCycle):
+		return exitLockCycle
 	default:
 		return exitInternal
 	}

@@ -24,6 +24,7 @@ func TestExitCode(t *testing.T) {
 		{"unreachable", &unreachableError{url: "redis://h", err: errors.New("refused")}, 69},
 		{"wait timeout", fmt.Errorf("%w: %w", lanes.ErrWaitTimeout, context.DeadlineExceeded), 75},
 		{"lease lost", fmt.Errorf("x: %w", lanes.ErrLeaseLost), 79},
+		{"lock cycle", &lanes.LockCycleError{Entries: []string{"a", "b"}, Keys: []string{"k"}, Path: "a waits for b"}, 80},
 		{"explicit", &exitError{code: 7}, 7},
 		{"explicit wrapping another", &exitError{code: 79, err: lanes.ErrUnavailable}, 79},
 		{"SIGINT", &interruptError{sig: syscall.SIGINT}, 130},
@@ -49,7 +50,7 @@ func TestExitCodesDistinct(t *testing.T) {
 	for name, c := range map[string]int{
 		"ok": exitOK, "not found": exitNotFound, "usage": exitUsage, "unavailable": exitUnavailable,
 		"internal": exitInternal, "wait timeout": exitWaitTimeout, "lease lost": exitLeaseLost,
-		"data error": exitDataErr, "no permission": exitNoPerm,
+		"lock cycle": exitLockCycle, "data error": exitDataErr, "no permission": exitNoPerm,
 		"cannot run": exitCannotRun, "command not found": exitCommandNotFound,
 		"SIGINT": exitSignal + int(syscall.SIGINT), "SIGTERM": exitSignal + int(syscall.SIGTERM),
 	} {

@@ -15,7 +15,7 @@ import (
 // status from the table. The seed corpus is in testdata/fuzz/FuzzArgs.
 func FuzzArgs(f *testing.F) {
 	known := map[int]bool{exitOK: true, exitNotFound: true, exitUsage: true, exitDataErr: true, exitUnavailable: true,
-		exitInternal: true, exitWaitTimeout: true, exitNoPerm: true, exitLeaseLost: true}
+		exitInternal: true, exitWaitTimeout: true, exitNoPerm: true, exitLeaseLost: true, exitLockCycle: true}
 	f.Fuzz(func(t *testing.T, line string) {
 		args := strings.Split(line, "\x1f") // the unit separator splits arguments
 		g := &globalOptions{getenv: func(string) string { return "" }}

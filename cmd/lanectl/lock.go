@@ -9,7 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +19,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanes-dev/lanes/internal/laneenv"
+	"github.com/lanes-dev/lanes/internal/supervise"
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/sched"
 )
 
 // Bounds and defaults of `lanectl lock`.
@@ -27,10 +30,6 @@ const (
 	defaultLockTTL = 10 * time.Second
 	minLockTTL     = 30 * time.Millisecond
 	maxCallID      = 200 // bytes of the command name recorded as the call id
-	// maxKillAfter bounds how long a command has to exit after the SIGTERM
-	// that follows a lost lease, before it gets SIGKILL: a third of the TTL,
-	// at most this, as it runs without the keys meanwhile.
-	maxKillAfter = 10 * time.Second
 	// maxReleaseWait bounds the release step before lock exits; an entry
 	// not released expires within its TTL.
 	maxReleaseWait = 2 * time.Second
@@ -46,28 +45,47 @@ type lockOptions struct {
 	ttl   time.Duration
 	wait  time.Duration
 	id    string
+	files []string // --file: paths whose lock keys to hold too
 
 	keys []string
 	argv []string
+
+	// lineage is the chain of entries this lock is nested under, from the
+	// environment a lanectl parent gave it (laneenv.Inherited).
+	lineage []string
 }
 
 func newLockCommand(o *lockOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] KEY... -- CMD [ARG...]",
+		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
 		Short: "Run a command while holding keys: the cluster's flock",
 		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
-key), runs CMD while it holds them and exits with CMD's status. The lease is
-renewed every TTL/3; if it is lost anyway, CMD gets SIGTERM (SIGKILL a third
-of the TTL later, at most 10s) and lock exits 79.
+key), runs CMD while it holds them and exits with CMD's status. --file PATH
+adds the lock key lanectl batch gives that file (lock:file: and the path the
+kernel would open), so lock shares the file's lane with batch tools.
+
+The lease is renewed every TTL/3. Its local deadline lies a tenth of the
+TTL (the margin) before Redis could grant the keys to anyone else: once
+renewals have not reached Redis for so long that the deadline is less than
+the margin away, CMD gets SIGTERM; at the deadline the lease is lost, CMD
+gets SIGKILL and lock exits 79. So CMD is gone before another holder can
+start.
 
 CMD's environment carries LANES_ENTRY (the entry id), LANES_TOKENS
 (key=token,... in the order of the keys, a key's "%", "," and "=" written
 %25, %2C and %3D: fencing tokens that only grow), LANES_TOKEN (the token,
-when there is one key) and LANES_NAMESPACE.
+when there is one key), LANES_LINEAGE (the entries lock is nested under and
+its own, outermost first, comma-separated, escaped the same way) and
+LANES_NAMESPACE. A lanectl lock or batch that CMD runs in the same namespace
+takes that lineage as its own: it re-enters a key this lock holds at once,
+with its token, and a request that would close a wait-for cycle fails at
+once (exit 80).
 
 Unless its standard input is a terminal, CMD runs in a process group of its
 own, and every signal lock sends reaches the whole group, so the commands CMD
-starts stop with it. On Linux, CMD is killed if lock itself dies.
+starts stop with it; when CMD exits, what it left running in its group gets
+SIGKILL before the keys are released. On Linux, CMD is killed if lock itself
+dies (CMD's own process: what it started survives it unless it dies with it).
 
 SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
 128+signal; while CMD runs, the signal is passed on to CMD and lock exits
@@ -84,6 +102,7 @@ with CMD's status.`,
 	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
 	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
+	f.StringArrayVar(&o.files, "file", nil, "hold the lock key batch's file: lock keys give this file (lock:file: and the path the kernel opens); repeatable")
 	return cmd
 }
 
@@ -93,12 +112,15 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	switch {
 	case dash < 0:
 		return usageErrorf(`lock needs "--" between the keys and the command: lanectl lock KEY... -- CMD [ARG...]`)
-	case dash == 0:
-		return usageErrorf("lock needs at least one KEY before --")
+	case dash == 0 && len(o.files) == 0:
+		return usageErrorf("lock needs at least one KEY (or --file) before --")
 	case dash == len(args):
 		return usageErrorf("lock needs a command after --")
 	}
-	o.keys, o.argv = args[:dash], args[dash:]
+	o.keys, o.argv = slices.Clip(args[:dash]), args[dash:]
+	if err := o.fileKeys(); err != nil {
+		return err
+	}
 	switch {
 	case o.argv[0] == "":
 		return usageErrorf("lock needs a command after --, got an empty name")
@@ -131,9 +153,29 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	return nil
 }
 
+// fileKeys adds the lock key of each --file to the keys, as `lanectl batch`
+// names it for a file: lock key template: "lock:file:" and the path the
+// kernel would open (sched.FileKey), so lock and batch tools share the
+// file's lane. A lock key allows one holder.
+func (o *lockOptions) fileKeys() error {
+	if len(o.files) > 0 && o.limit != 1 {
+		return usageErrorf("--file takes a file's lock key, which allows one holder: --limit must be 1, got %d", o.limit)
+	}
+	for _, f := range o.files {
+		k, err := sched.FileKey("", f)
+		if err != nil {
+			return usageErrorf("--file %q: %v", f, err)
+		}
+		if k = sched.LockPrefix + k; !slices.Contains(o.keys, k) {
+			o.keys = append(o.keys, k)
+		}
+	}
+	return nil
+}
+
 // request is the one request lock makes: every key at once.
 func (o *lockOptions) request() lanes.Request {
-	req := lanes.Request{ID: o.id, Tool: "lanectl lock", CallID: callID(o.argv)}
+	req := lanes.Request{ID: o.id, Tool: "lanectl lock", CallID: callID(o.argv), Lineage: o.lineage}
 	for _, k := range o.keys {
 		req.Lanes = append(req.Lanes, lanes.Lane{Key: k, Limit: o.limit})
 	}
@@ -142,6 +184,11 @@ func (o *lockOptions) request() lanes.Request {
 
 func (o *lockOptions) run(cmd *cobra.Command) error {
 	ctx := cmd.Context()
+	lineage, err := inheritedLineage(o.global)
+	if err != nil {
+		return err
+	}
+	o.lineage = lineage
 	b, closeBackend, err := o.open(ctx)
 	if err != nil {
 		return o.waitError(ctx, err)
@@ -186,6 +233,9 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 	if errors.Is(err, lanes.ErrLeaseLost) {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
 	}
+	if errors.Is(err, lanes.ErrLockCycle) {
+		return &exitError{code: exitLockCycle, err: fmt.Errorf("refused %s: %s", o.keyList(), strings.TrimPrefix(err.Error(), "lanes: "))}
+	}
 	if errors.Is(err, lanes.ErrNotHolder) {
 		return usageErrorf("--id %s: %s", o.id, strings.TrimPrefix(err.Error(), lanes.ErrNotHolder.Error()+": "))
 	}
@@ -199,46 +249,27 @@ func (o *lockOptions) interrupted(sig syscall.Signal) error {
 func (o *lockOptions) keyList() string { return strings.Join(o.keys, ", ") }
 
 // runHolding runs the command while lease holds the keys and returns its
-// status. It passes signals on to the command, stops the command if the
-// lease is lost, and releases the lease once the command exits.
+// status. It passes signals on to the command, stops the command in time
+// for the lease (supervise.Guard: SIGTERM once the local deadline is less than
+// the margin away, SIGKILL when the lease is lost), and releases the lease
+// once the command exits.
 func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease *lanes.Lease) error {
 	child := exec.Command(o.argv[0], o.argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	child.Env = childEnv(os.Environ(), lease, o.keys, o.global.namespace)
+	child.Env = childEnv(os.Environ(), lease, o.keys, o.lineage, o.global.namespace)
 	child.WaitDelay = time.Second // output copying, when stdout is not a file
-	group := !isTerminal(child.Stdin)
-	child.SysProcAttr = childAttr(group)
-	// The parent-death signal follows the thread that started the child:
-	// keep this goroutine on it until the child is gone.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	if err := child.Start(); err != nil {
+	c, err := supervise.Start(child, !isTerminal(child.Stdin))
+	if err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return startError(o.argv[0], err)
 	}
-	signal := func(s os.Signal) {
-		if sig, ok := s.(syscall.Signal); ok && group {
-			_ = syscall.Kill(-child.Process.Pid, sig) // the whole process group
-			return
+	defer c.Guard(lease.Lost(), lease.Deadline, leaseMargin(o.ttl))()
+	defer o.relay.Forward(func(s os.Signal) {
+		if sig, ok := s.(syscall.Signal); ok {
+			_ = c.Signal(sig)
 		}
-		_ = child.Process.Signal(s)
-	}
-	defer o.relay.Forward(signal)()
-
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-	var (
-		interrupted = ctx.Done()
-		lost        = lease.Lost()
-		lostErr     error
-		kill        *time.Timer
-		killC       <-chan time.Time
-	)
-	defer func() {
-		if kill != nil {
-			kill.Stop()
-		}
-	}()
+	})()
+	interrupted := ctx.Done()
 	for {
 		select {
 		case <-interrupted:
@@ -247,31 +278,46 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 			if !ok {
 				sig = syscall.SIGTERM
 			}
-			signal(sig)
-		case <-lost:
-			lost = nil
-			lostErr = lease.Err()
-			signal(syscall.SIGTERM)
-			kill = time.NewTimer(min(o.ttl/3, maxKillAfter))
-			killC = kill.C
-		case <-killC:
-			signal(syscall.SIGKILL)
-		case err := <-exited:
-			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, err, lostErr)
+			_ = c.Signal(sig)
+		case <-c.Exited():
+			// What CMD left running in its group would run on without the
+			// keys: it goes before they are released.
+			c.KillGroup()
+			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, c.Wait())
 		}
 	}
 }
 
+// inheritedLineage returns the lineage a lanectl command takes from the
+// environment its parent (a `lanectl lock` command, a `lanectl batch`
+// tool) gave it: the parent's chain and entry. A malformed one is a usage
+// error.
+func inheritedLineage(g *globalOptions) ([]string, error) {
+	lineage, err := laneenv.Inherited(g.getenv, g.namespace)
+	if err != nil {
+		return nil, usageErrorf("%v", err)
+	}
+	if len(lineage) > lanes.MaxLineage {
+		return nil, usageErrorf("%s: %d entries, more than %d: too deeply nested", laneenv.Lineage, len(lineage), lanes.MaxLineage)
+	}
+	for _, id := range lineage {
+		if err := lanes.ValidateEntryID(id); err != nil {
+			return nil, usageErrorf("%s: %s", laneenv.Lineage, strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+		}
+	}
+	return lineage, nil
+}
+
+// leaseMargin is how long before a lease's local deadline its command gets
+// SIGTERM: the margin by which that deadline precedes the backend's (a
+// tenth of the TTL, as lanes.Session keeps it).
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
 // finish releases the lease after the command exited and returns lock's
 // answer: the command's status, or exit 79 when the lease was lost.
-func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes.Lease, child *exec.Cmd, waitErr, lostErr error) error {
+func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes.Lease, child *exec.Cmd, waitErr error) error {
 	status, desc := childStatus(child, waitErr)
-	if lostErr != nil {
-		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; the command was sent SIGTERM", o.keyList(), reason(lostErr))}
-	}
 	if err := lease.Err(); err != nil && errors.Is(err, lanes.ErrLeaseLost) {
-		// Lost as the command exited: it may have run its last moments
-		// without the keys.
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; the command had %s", o.keyList(), reason(err), desc)}
 	}
 	if err := lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lanes.ErrLeaseLost) && !errors.Is(err, lanes.ErrNotHolder) {
@@ -321,30 +367,29 @@ func startError(name string, err error) error {
 }
 
 // childEnv is the command's environment: lanectl's own, with the LANES_*
-// variables of this lease in place of any inherited ones.
-func childEnv(base []string, lease *lanes.Lease, keys []string, ns string) []string {
-	env := make([]string, 0, len(base)+4)
+// variables of this lease in place of any inherited ones. LANES_LINEAGE is
+// the lease's lineage and its own entry, so that a lanectl the command
+// starts is nested under it.
+func childEnv(base []string, lease *lanes.Lease, keys, lineage []string, ns string) []string {
+	env := make([]string, 0, len(base)+5)
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
 		switch name {
-		case "LANES_ENTRY", "LANES_TOKEN", "LANES_TOKENS", "LANES_NAMESPACE":
+		case laneenv.Entry, laneenv.Token, laneenv.Tokens, laneenv.Lineage, laneenv.Namespace:
 			continue
 		}
 		env = append(env, kv)
 	}
-	tokens := make([]string, len(keys))
-	for i, k := range keys {
-		tokens[i] = tokenEscaper.Replace(k) + "=" + strconv.FormatUint(lease.Token(k), 10)
-	}
-	env = append(env, "LANES_ENTRY="+lease.ID(), "LANES_TOKENS="+strings.Join(tokens, ","), "LANES_NAMESPACE="+ns)
+	env = append(env,
+		laneenv.Entry+"="+lease.ID(),
+		laneenv.Tokens+"="+laneenv.FormatTokens(keys, lease.Tokens()),
+		laneenv.Lineage+"="+laneenv.FormatLineage(append(slices.Clip(lineage), lease.ID())),
+		laneenv.Namespace+"="+ns)
 	if len(keys) == 1 {
-		env = append(env, "LANES_TOKEN="+strconv.FormatUint(lease.Token(keys[0]), 10))
+		env = append(env, laneenv.Token+"="+strconv.FormatUint(lease.Token(keys[0]), 10))
 	}
 	return env
 }
-
-// tokenEscaper writes a key for LANES_TOKENS, where "," and "=" separate.
-var tokenEscaper = strings.NewReplacer("%", "%25", ",", "%2C", "=", "%3D")
 
 // callID is the command's name as the call id `status` shows (its
 // arguments may hold secrets and stay out of Redis): printable, at most

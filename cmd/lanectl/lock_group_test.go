@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,16 +79,21 @@ func TestLockIDInUse(t *testing.T) {
 	p.wait(t)
 }
 
-// Keys with "," or "=" are escaped in LANES_TOKENS.
+// Keys with "%", "," or "=" are escaped in LANES_TOKENS, by the encoder
+// batch uses too (issue 17, part 3), and LANES_LINEAGE ends with the entry.
+// On miniredis.
 func TestLockTokensEscapeSeparators(t *testing.T) {
 	s := newMiniredis(t)
-	code, out, stderr := runBin(t, s.args("lock", "a=1,b", "c%", "--", "sh", "-c", `printf %s "$LANES_TOKENS"`)...)
+	code, out, stderr := runBin(t, s.args("lock", "a,b=c%d", "k:p,q=r", "--", "sh", "-c", `printf '%s\n%s\n%s' "$LANES_TOKENS" "$LANES_LINEAGE" "$LANES_ENTRY"`)...)
 	if code != 0 {
 		t.Fatalf("lock = %d: %s", code, stderr)
 	}
-	parts := strings.Split(out, ",")
-	if len(parts) != 2 || !strings.HasPrefix(parts[0], "a%3D1%2Cb=") || !strings.HasPrefix(parts[1], "c%25=") {
-		t.Fatalf("LANES_TOKENS = %q; want a%%3D1%%2Cb=TOKEN,c%%25=TOKEN", out)
+	lines := strings.Split(out, "\n")
+	if len(lines) != 3 || !regexp.MustCompile(`^a%2Cb%3Dc%25d=[1-9][0-9]*,k:p%2Cq%3Dr=[1-9][0-9]*$`).MatchString(lines[0]) {
+		t.Fatalf("LANES_TOKENS = %q; want a%%2Cb%%3Dc%%25d=TOKEN,k:p%%2Cq%%3Dr=TOKEN", lines[0])
+	}
+	if lines[1] != lines[2] || lines[2] == "" {
+		t.Errorf("LANES_LINEAGE = %q with LANES_ENTRY = %q; want the entry alone (lock was not nested)", lines[1], lines[2])
 	}
 }
 

@@ -155,8 +155,10 @@ func TestLockSignalWhileHolding(t *testing.T) {
 	})
 }
 
-// TestLockLeaseLost releases a running lock's entry by force: its command
-// gets SIGTERM and lanectl exits 79 with one line.
+// TestLockLeaseLost releases a running lock's entry by force: the key may
+// be granted to another holder at once, so the command gets SIGKILL at once
+// (no SIGTERM grace: its trap never runs) and lanectl exits 79 with one
+// line. On miniredis and real Redis.
 func TestLockLeaseLost(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
@@ -181,11 +183,11 @@ func TestLockLeaseLost(t *testing.T) {
 		all := strings.Split(strings.TrimSuffix(p.stderr.String(), "\n"), "\n")
 		stderr = all[len(all)-1] + "\n"
 		assertOneLine(t, stderr)
-		if !strings.HasPrefix(stderr, "lanectl: lease lost on k: ") || !strings.Contains(stderr, "SIGTERM") {
-			t.Errorf("stderr = %q; want lease lost on k ... SIGTERM", stderr)
+		if !strings.HasPrefix(stderr, "lanectl: lease lost on k: ") || !strings.Contains(stderr, "killed by SIGKILL") {
+			t.Errorf("stderr = %q; want lease lost on k ... killed by SIGKILL", stderr)
 		}
-		if b, _ := os.ReadFile(marker); string(b) != "term\n" {
-			t.Errorf("the command's marker = %q; want %q: it did not get SIGTERM", b, "term\n")
+		if b, _ := os.ReadFile(marker); len(b) != 0 {
+			t.Errorf("the command's marker = %q; want nothing: its SIGTERM trap ran, so it was not killed at once", b)
 		}
 		s.assertEmpty(t)
 	})
@@ -276,4 +278,37 @@ func TestLockWaiterReleasedByForce(t *testing.T) {
 			t.Errorf("the command ran although lanectl was never granted k")
 		}
 	})
+}
+
+// TestLockFileSharesBatchLane: lanectl lock --file names the lock key batch
+// gives the file (issue 17, part 2, for lock): with ws/l a link to real/sub,
+// --file ws/l/../plan.md holds lock:file:<ws>/real/plan.md, the lane of a
+// batch tool whose lock key is file:{path} with path real/plan.md. On
+// miniredis.
+func TestLockFileSharesBatchLane(t *testing.T) {
+	s := newMiniredis(t)
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "real", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real/sub", filepath.Join(ws, "l")); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runBin(t, s.args("lock", "--file", filepath.Join(ws, "l")+"/../plan.md", "--", "sh", "-c", `printf %s "$LANES_TOKENS"`)...)
+	key := "lock:file:" + filepath.Join(real, "real", "plan.md")
+	if code != 0 || !strings.HasPrefix(out, key+"=") || strings.Contains(out, ",") {
+		t.Errorf("lock --file = %d, LANES_TOKENS %q (stderr %q); want %s=TOKEN alone", code, out, stderr, key)
+	}
+	for _, args := range [][]string{
+		{"lock", "--file", "x", "--limit", "2", "--", "true"},
+		{"lock", "--", "true"},
+	} {
+		if code, _, stderr := runInProcess(t, args...); code != exitUsage {
+			t.Errorf("lanectl %q = %d (%q); want %d", args, code, stderr, exitUsage)
+		}
+	}
 }

@@ -31,8 +31,11 @@
 //
 // A lock key template puts the top-level argument NAME, a string or a
 // number, in place of {NAME}. A template that starts with "file:" maps the
-// rest through sched.FileKey against the workspace, so every spelling of one
-// file gives one key. A call whose arguments lack one, or hold something
+// rest through sched.FileKey against the workspace: the path the kernel
+// would open (symbolic links followed component by component, each ".."
+// applied to what the components before it resolved to; a tail that does
+// not exist yet taken lexically), so every spelling of one file gives one
+// key. A call whose arguments lack one, or hold something
 // else there, fails with "could not tell what the call changes".
 //
 // Decoding is strict: an unknown key, a key spelled with other capitals, or

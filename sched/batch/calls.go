@@ -31,16 +31,19 @@ var errShape = errors.New(`not a model response: want Anthropic Messages ({"cont
 // tool calls gives an empty slice.
 //
 // Arguments are kept as written: empty or missing arguments are {}, and an
-// OpenAI arguments string that is not JSON is kept as its raw bytes, so that
-// the scheduler answers that one call "arguments are not JSON" while the
-// others run. The error, for JSON that is none of the three forms or that
-// has a field of the wrong type, is one line naming the field.
+// OpenAI arguments string that is not JSON is kept as its raw bytes. The
+// arguments are not judged here: arguments that cannot be used (not JSON,
+// nested deeper than encoding/json reads, not an object) fail their own
+// call in the scheduler, while the others run, in every form. The response
+// itself is read at any depth. The error, for a response unreadable as a
+// whole (not JSON, none of the three forms, a field of the wrong type), is
+// one line naming the field.
 func ReadCalls(data []byte) ([]sched.Call, Format, error) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(data, &top); err != nil || top == nil {
-		if !json.Valid(data) {
-			return nil, "", fmt.Errorf("not JSON: %s", oneLine(jsonError(data, err)))
-		}
+	if err := checkDocument(data); err != nil {
+		return nil, "", fmt.Errorf("not JSON: %s", oneLine(jsonError(data, err)))
+	}
+	top, ok := objectMap(data)
+	if !ok {
 		return nil, "", errShape
 	}
 	r := reader{top: top}
@@ -92,8 +95,8 @@ func (r reader) list(v json.RawMessage, path string) ([]json.RawMessage, error) 
 	if v == nil || isNull(v) {
 		return nil, nil
 	}
-	var out []json.RawMessage
-	if err := json.Unmarshal(v, &out); err != nil {
+	out, ok := splitArray(v)
+	if !ok {
 		return nil, r.errorf(path, "must be an array, not %s", kindOf(v))
 	}
 	return out, nil
@@ -101,8 +104,8 @@ func (r reader) list(v json.RawMessage, path string) ([]json.RawMessage, error) 
 
 // object returns the object at path.
 func (r reader) object(v json.RawMessage, path string) (map[string]json.RawMessage, error) {
-	var out map[string]json.RawMessage
-	if v == nil || isNull(v) || json.Unmarshal(v, &out) != nil {
+	out, ok := objectMap(v)
+	if v == nil || !ok {
 		return nil, r.errorf(path, "must be an object, not %s", kindOf(v))
 	}
 	return out, nil

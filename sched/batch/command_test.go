@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/sched"
 	"github.com/lanes-dev/lanes/sched/batch"
 )
@@ -212,21 +214,21 @@ func TestCommandIgnoringSIGTERMIsKilled(t *testing.T) {
 	}
 }
 
-// TestCommandChildHoldingOutput runs a command that exits while a child it
-// started in the background keeps its standard output open: the body
-// returns KillAfter later with an error, and the child is killed.
+// TestCommandChildHoldingOutput runs the case of issue 17: a command that
+// exits 0 at once while a child it started in the background keeps its
+// standard output open. The status follows the command's own exit (ok, its
+// output kept), the child is killed with the command's process group, and
+// the body returns within the 1s timeout of the issue's tool: the child
+// does not make it a timeout that did not happen.
 func TestCommandChildHoldingOutput(t *testing.T) {
-	t.Parallel()
-	if testing.Short() {
-		t.Skipf("waits %v for the output to close", batch.KillAfter)
-	}
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
-	sh := script(t, filepath.Join(dir, "daemon"), `sleep 60 & echo $! > "$1"; echo started`)
-	out, err := batch.Command([]string{sh, pidFile}, "")(context.Background(), inv)
-	assertOneLine(t, err)
-	if out != "started" || err == nil || !strings.Contains(err.Error(), "exit status 0, but a process it started still held its output") {
-		t.Errorf("Command() = %q, %v; want started and an error about the process left behind", out, err)
+	sh := script(t, filepath.Join(dir, "daemon"), `sleep 30 & echo $! > "$1"; echo started`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	out, err := batch.Command([]string{sh, pidFile}, "")(ctx, inv)
+	if out != "started" || err != nil || ctx.Err() != nil {
+		t.Errorf("Command() = %q, %v (context: %v); want started, nil, before the 1s timeout", out, err, ctx.Err())
 	}
 	b, _ := os.ReadFile(pidFile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -234,6 +236,28 @@ func TestCommandChildHoldingOutput(t *testing.T) {
 		t.Fatalf("pid file holds %q", b)
 	}
 	eventually(t, "the background sleep is gone", func() bool { return gone(pid) })
+}
+
+// TestCommandEscapedChildHoldingOutput runs a command whose child leaves
+// its process group (setsid) and keeps the output open: it cannot be
+// killed with the group, and the output is read for OutputDrain at most;
+// the status still follows the command's exit, with what it wrote.
+func TestCommandEscapedChildHoldingOutput(t *testing.T) {
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Skipf("SKIP: no setsid command (%v)", err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "escape"), `"$2" sh -c 'echo $$ > "$1"; exec sleep 30' sh "$1" & echo started; while [ ! -s "$1" ]; do sleep 0.01; done`)
+	out, err := batch.Command([]string{sh, pidFile, setsid}, "")(context.Background(), inv)
+	b, _ := os.ReadFile(pidFile)
+	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if out != "started" || err != nil {
+		t.Errorf("Command() = %q, %v; want started, nil", out, err)
+	}
 }
 
 func TestCommandContextDoneBeforeStart(t *testing.T) {
@@ -282,4 +306,142 @@ func TestCommandBackgroundChildGoesWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the background sleep is gone", func() bool { return gone(pid) })
+}
+
+// runLeased runs body with inv's lease fields set to lost and deadline,
+// on a context that never ends, and returns what it returned; once the
+// file ready exists (unless ready is ""), it calls onReady. It fails t
+// if the body does not return within 20s (it would not without a signal
+// from the lease's schedule).
+func runLeased(t *testing.T, body sched.Body, lost chan struct{}, deadline time.Time, ready string, onReady func()) (string, error) {
+	t.Helper()
+	lv := inv
+	lv.Lost, lv.Deadline, lv.Margin = lost, func() time.Time { return deadline }, 100*time.Millisecond
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := body(context.Background(), lv)
+		done <- result{out, err}
+	}()
+	if ready != "" {
+		eventually(t, "the command runs", func() bool { return fileExists(ready) })
+		onReady()
+	}
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the body did not return within 20s: its command was not stopped")
+		return "", nil
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// TestCommandLeaseLostKillsAtOnce closes Invocation.Lost under a command
+// that ignores SIGTERM: its group gets SIGKILL at once, without waiting
+// KillAfter, since its lanes may pass on a margin later.
+func TestCommandLeaseLostKillsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	sh := script(t, filepath.Join(dir, "stubborn"), `trap '' TERM; touch "$1"; while :; do sleep 0.01; done`)
+	lost := make(chan struct{})
+	_, err := runLeased(t, batch.Command([]string{sh, ready}, ""), lost, time.Now().Add(time.Hour), ready, func() { close(lost) })
+	assertOneLine(t, err)
+	if !strings.Contains(err.Error(), "stopped: SIGKILL: its lease was lost: killed by SIGKILL") {
+		t.Errorf("Command() with its lease lost = %v; want stopped: SIGKILL: its lease was lost: killed by SIGKILL", err)
+	}
+}
+
+// TestCommandLeaseDeadlineSendsSIGTERM runs a command under a lease whose
+// local deadline is less than the margin away: it gets SIGTERM (not
+// SIGKILL), a chance to stop cleanly before the lease is lost. The signal
+// may come before the shell set its trap; then SIGTERM kills it.
+func TestCommandLeaseDeadlineSendsSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "marker")
+	sh := script(t, filepath.Join(dir, "graceful"), `trap 'echo term > "$1"; exit 3' TERM; while :; do sleep 0.01; done`)
+	_, err := runLeased(t, batch.Command([]string{sh, marker}, ""), make(chan struct{}), time.Now().Add(50*time.Millisecond), "", nil)
+	assertOneLine(t, err)
+	b, _ := os.ReadFile(marker)
+	trapped := strings.Contains(err.Error(), "exit status 3") && string(b) == "term\n"
+	if !strings.Contains(err.Error(), "stopped: SIGTERM: its lease's local deadline was less than 100ms away") ||
+		!(trapped || strings.Contains(err.Error(), "killed by SIGTERM")) {
+		t.Errorf("Command() near its lease's deadline = %v (marker %q); want stopped: SIGTERM ..., then exit status 3 from its trap or killed by SIGTERM", err, b)
+	}
+}
+
+// TestCommandEnvironmentEscapes checks the list variables with keys and
+// ids that hold their separators (issue 17, part 3): LANES_TOKENS and
+// LANES_LINEAGE escape "%", "," and "=", and LANES_NAMESPACE is the run's.
+func TestCommandEnvironmentEscapes(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("LANES_NAMESPACE", "inherited")
+	t.Setenv("LANES_LINEAGE", "inherited")
+	sh := script(t, filepath.Join(dir, "env"), `printf '%s\n%s\n%s\n' "$LANES_TOKENS" "$LANES_LINEAGE" "$LANES_NAMESPACE"`)
+	lv := inv
+	lv.Entry = "run=1/call,2"
+	lv.Tokens = map[string]uint64{"concurrency:a,b=c%d": 1, "lock:k:p,q=r": 2}
+	ctx := lanes.WithLineage(context.Background(), []string{"outer%1", "run=1/call,2"})
+	out, err := batch.Command([]string{sh}, "")(batch.WithNamespace(ctx, "ns-1"), lv)
+	want := "concurrency:a%2Cb%3Dc%25d=1,lock:k:p%2Cq%3Dr=2\nouter%251,run%3D1/call%2C2\nns-1"
+	if err != nil || out != want {
+		t.Errorf("Command() printed %q, %v; want %q", out, err, want)
+	}
+	tokens, err := laneenvParseTokens(strings.Split(out, "\n")[0])
+	if err != nil || tokens["concurrency:a,b=c%d"] != 1 || tokens["lock:k:p,q=r"] != 2 || len(tokens) != 2 {
+		t.Errorf("LANES_TOKENS read back = %v, %v; want both keys with their tokens", tokens, err)
+	}
+}
+
+// laneenvParseTokens splits a LANES_TOKENS value as a tool would: on ",",
+// then on the last "=", then unescaping %2C, %3D and %25.
+func laneenvParseTokens(v string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	unescape := strings.NewReplacer("%2C", ",", "%3D", "=", "%25", "%")
+	for _, item := range strings.Split(v, ",") {
+		i := strings.LastIndexByte(item, '=')
+		if i < 0 {
+			return nil, errors.New("no = in " + item)
+		}
+		n, err := strconv.ParseUint(item[i+1:], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out[unescape.Replace(item[:i])] = n
+	}
+	return out, nil
+}
+
+// TestCommandOutputBeforeExitIsKept runs a command that writes 200,000
+// bytes and exits while an escaped child (setsid) keeps its output open,
+// under a context whose deadline is near: the drains end early, so that no
+// timeout is reported that did not happen, but nothing the command wrote
+// before its exit is cut.
+func TestCommandOutputBeforeExitIsKept(t *testing.T) {
+	setsid, err := exec.LookPath("setsid")
+	if err != nil {
+		t.Skipf("SKIP: no setsid command (%v)", err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := script(t, filepath.Join(dir, "big"), `"$2" sh -c 'echo $$ > "$1"; exec sleep 30' sh "$1" &
+while [ ! -s "$1" ]; do sleep 0.01; done
+head -c 200000 /dev/zero | tr '\0' x`)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	out, err := batch.Command([]string{sh, pidFile, setsid}, "")(ctx, inv)
+	b, _ := os.ReadFile(pidFile)
+	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
+		defer syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || len(out) != 200000 || strings.Trim(out, "x") != "" {
+		t.Errorf("Command() = %d bytes, %v; want the 200000 bytes written before the exit", len(out), err)
+	}
 }

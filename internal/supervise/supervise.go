@@ -1,0 +1,142 @@
+// Package supervise starts the commands lanes runs under a lease (`lanectl
+// lock`'s command, `lanectl batch`'s tools) and stops them in time: in a
+// process group of their own, killed by the kernel if the process that
+// started them dies (Linux), and sent SIGTERM and SIGKILL on the schedule
+// of the lease they run under (Guard).
+package supervise
+
+import (
+	"fmt"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Child is a started command. Its methods are safe for concurrent use.
+type Child struct {
+	Cmd    *exec.Cmd
+	group  bool
+	exited chan struct{}
+	err    error // Cmd.Wait's, once exited is closed
+
+	mu      sync.Mutex
+	guarded string // what Guard did, if anything
+}
+
+// Start starts cmd, in a process group of its own when group is set, and
+// waits for it in the background. On Linux, the kernel sends the command
+// SIGKILL if this process dies first (a parent-death signal: the command
+// itself, the leader of its group, not the processes it started). It
+// overwrites cmd.SysProcAttr. The error is cmd.Start's.
+func Start(cmd *exec.Cmd, group bool) (*Child, error) {
+	cmd.SysProcAttr = sysProcAttr(group)
+	c := &Child{Cmd: cmd, group: group && groupsWork, exited: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The parent-death signal follows the thread that started the
+		// child, not the process: keep this goroutine, and so the thread,
+		// until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Exited is closed once the command has exited and Wait would not block.
+func (c *Child) Exited() <-chan struct{} { return c.exited }
+
+// Wait blocks until the command exits and returns cmd.Wait's error.
+func (c *Child) Wait() error {
+	<-c.exited
+	return c.err
+}
+
+// Signal sends sig to the command's process group, or to its process alone
+// when it has no group of its own. A command that is gone is no error.
+func (c *Child) Signal(sig syscall.Signal) error { return signal(c, sig) }
+
+// KillGroup sends SIGKILL to whatever is left of the command's process
+// group: once the command exited, the processes it left behind. It does
+// nothing for a command without a group of its own.
+func (c *Child) KillGroup() {
+	if c.group {
+		_ = signal(c, syscall.SIGKILL)
+	}
+}
+
+// Guarded says what Guard did to the command, in a few words ("" if
+// nothing): "SIGTERM: ..." or "SIGKILL: ...".
+func (c *Child) Guarded() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.guarded
+}
+
+func (c *Child) guardSignal(sig syscall.Signal, why string) {
+	c.mu.Lock()
+	c.guarded = why
+	c.mu.Unlock()
+	_ = c.Signal(sig)
+}
+
+// Guard stops a command in time for the lease it runs under: SIGTERM once
+// the lease's local deadline is less than grace away (a chance to stop
+// cleanly), SIGKILL as soon as lost closes. The local deadline lies a
+// margin (a tenth of the TTL) before the backend could grant the lease's
+// slots to anyone else, so the command is gone before another holder
+// starts. deadline returns the lease's current local deadline (it moves
+// with each renewal; the zero time means none); lost is closed when the
+// lease is lost, and may be nil for a lease that is never lost.
+//
+// Guard returns at once; its goroutine ends when the command exits, after
+// the SIGKILL, or when stop is called.
+func (c *Child) Guard(lost <-chan struct{}, deadline func() time.Time, grace time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go c.guard(lost, deadline, grace, done)
+	var once sync.Once
+	return func() { once.Do(func() { close(done) }) }
+}
+
+func (c *Child) guard(lost <-chan struct{}, deadline func() time.Time, grace time.Duration, done <-chan struct{}) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	termed := false
+	for {
+		var wake <-chan time.Time
+		if !termed && deadline != nil {
+			if d := deadline(); !d.IsZero() {
+				if left := time.Until(d.Add(-grace)); left > 0 {
+					timer.Reset(left)
+					wake = timer.C
+				} else {
+					termed = true
+					c.guardSignal(syscall.SIGTERM, fmt.Sprintf("SIGTERM: its lease's local deadline was less than %v away (renewals did not reach the backend)", grace))
+				}
+			}
+		}
+		select {
+		case <-c.exited:
+			return
+		case <-done:
+			return
+		case <-lost:
+			c.guardSignal(syscall.SIGKILL, "SIGKILL: its lease was lost")
+			return
+		case <-wake:
+			// The deadline may have moved on with a renewal: look again.
+		}
+	}
+}
