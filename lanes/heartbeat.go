@@ -169,12 +169,14 @@ func (s *Session) endWait(e *entry, err error) {
 	s.tel.record(s.tel.waitDur, seconds(time.Since(e.queued)), outcomeFailed)
 }
 
-// lose ends e's lease as lost and gives its slots back in the background, so
-// they pass on before the TTL when the backend is reachable. s.mu is held.
+// lose ends e's lease as lost and, once what OnLost registered has run,
+// gives its slots back in the background, so they pass on before the TTL
+// when the backend is reachable. s.mu is held.
 func (s *Session) lose(e *entry, cause error) {
 	s.untrack(e)
-	e.lease.markLost(cause)
-	s.releaseLater(e.id)
+	l := e.lease
+	l.markLost(cause)
+	s.releaseLater(l.runOnLost, e.id)
 }
 
 // fail ends the wait of e with err. An entry whose Enqueue step has not
@@ -184,20 +186,26 @@ func (s *Session) fail(e *entry, err error) {
 	s.untrack(e)
 	s.endWait(e, err)
 	if !e.pending {
-		s.releaseLater(e.id)
+		s.releaseLater(nil, e.id)
 	}
 }
 
-// releaseLater releases ids in the background, best effort: the TTL ends
-// them anyway. s.mu is held; after Close it does nothing, as Close releases
-// every entry.
-func (s *Session) releaseLater(ids ...string) {
+// releaseLater runs first (when not nil), then releases ids, in the
+// background, best effort: the TTL ends them anyway. s.mu is held; after
+// Close it releases nothing, as Close releases every entry.
+func (s *Session) releaseLater(first func(), ids ...string) {
 	if s.closed {
+		if first != nil {
+			go first()
+		}
 		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
+		if first != nil {
+			first()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 		defer cancel()
 		_ = retry(ctx, s.interval, func(ctx context.Context) error {

@@ -118,10 +118,12 @@ type Lease struct {
 	span   trace.Span // its hold; nil for a lease that took no lane
 	since  time.Time
 
-	mu   sync.Mutex
-	err  error // why it ended; nil while held
-	once sync.Once
-	rerr error
+	mu     sync.Mutex
+	err    error // why it ended; nil while held
+	onLost map[int]func()
+	next   int
+	once   sync.Once
+	rerr   error
 }
 
 func newLease(s *Session, e *entry, tokens map[string]uint64, values context.Context) *Lease {
@@ -153,6 +155,58 @@ func (l *Lease) Deadline() time.Time {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
 	return l.e.deadline
+}
+
+// Margin returns how long before the backend could expire the lease its
+// local deadline (Deadline) lies: the Session's Margin, a tenth of the TTL.
+func (l *Lease) Margin() time.Duration {
+	if l.s == nil {
+		return 0
+	}
+	return l.s.margin
+}
+
+// OnLost arranges for f to run once if the lease is lost, before the
+// Session gives the lost lease's slots back to the backend (which may then
+// grant them at once): the place to stop, for good, what runs under the
+// lease (lanectl kills its command there). f runs on a goroutine of its
+// own; if the lease is lost already, at once. The returned function
+// unregisters f; it reports whether f was still to run.
+func (l *Lease) OnLost(f func()) (cancel func() bool) {
+	l.mu.Lock()
+	if l.err != nil {
+		lost := errors.Is(l.err, ErrLeaseLost)
+		l.mu.Unlock()
+		if lost {
+			f()
+		}
+		return func() bool { return false }
+	}
+	if l.onLost == nil {
+		l.onLost = map[int]func(){}
+	}
+	id := l.next
+	l.next++
+	l.onLost[id] = f
+	l.mu.Unlock()
+	return func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		_, ok := l.onLost[id]
+		delete(l.onLost, id)
+		return ok
+	}
+}
+
+// runOnLost runs the functions OnLost registered, once.
+func (l *Lease) runOnLost() {
+	l.mu.Lock()
+	fs := l.onLost
+	l.onLost = nil
+	l.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 }
 
 // Lost is closed when the lease is lost. It stays open after Release.
@@ -257,6 +311,7 @@ func (l *Lease) end(cause error) {
 		return
 	}
 	l.err = cause
+	l.onLost = nil
 	l.cancel(cause)
 	if l.span != nil {
 		outcome := "released"

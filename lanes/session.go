@@ -185,6 +185,12 @@ func (s *Session) Owner() Owner { return s.owner }
 // TTL returns the lease TTL.
 func (s *Session) TTL() time.Duration { return s.ttl }
 
+// Margin returns how long before the backend could expire a lease its
+// local deadline lies (a tenth of the TTL): the time a holder has, between
+// Lease.Deadline and the earliest instant another holder can be granted
+// the slots, to stop its work.
+func (s *Session) Margin() time.Duration { return s.margin }
+
 // Done is closed once Close has finished.
 func (s *Session) Done() <-chan struct{} { return s.done }
 

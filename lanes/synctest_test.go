@@ -3,6 +3,8 @@ package lanes_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,5 +85,71 @@ func TestLiveLeaseAndWaiterLastAnHour(t *testing.T) {
 		}
 		_ = w.Release(ctx)
 		_ = s.Close()
+	})
+}
+
+// orderBackend fails every heartbeat and records, with the OnLost
+// callbacks of a test, the order in which things happen.
+type orderBackend struct {
+	*lanes.Memory
+	mu     sync.Mutex
+	events []string
+}
+
+func (b *orderBackend) note(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.events = append(b.events, s)
+}
+
+func (b *orderBackend) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]lanes.Status, error) {
+	return nil, fmt.Errorf("%w: injected", lanes.ErrUnavailable)
+}
+
+func (b *orderBackend) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
+	b.note("release")
+	return b.Memory.Release(ctx, by, ids)
+}
+
+// What a holder registers with OnLost runs before the Session gives the
+// lost lease's slots back: lanectl's SIGKILL of its command reaches the
+// command before another holder can be granted (issue 17).
+func TestOnLostRunsBeforeTheSlotsGoBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := &orderBackend{Memory: lanes.NewMemory()}
+		s, err := lanes.NewSession(ctx, b, lanes.WithTTL(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		l, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Margin() != 100*time.Millisecond || s.Margin() != l.Margin() {
+			t.Fatalf("Margin() = %v, %v; want a tenth of the TTL", l.Margin(), s.Margin())
+		}
+		kept := l.OnLost(func() { b.note("first") })
+		dropped := l.OnLost(func() { b.note("dropped") })
+		if !dropped() {
+			t.Fatal("cancelling a registered OnLost reported it was not pending")
+		}
+		<-l.Lost()
+		synctest.Wait()
+		b.mu.Lock()
+		got := append([]string(nil), b.events...)
+		b.mu.Unlock()
+		if len(got) < 2 || got[0] != "first" || got[1] != "release" {
+			t.Fatalf("events %q; want the OnLost callback, then the release, and not the cancelled one", got)
+		}
+		if kept() {
+			t.Fatal("a callback that ran still reported pending")
+		}
+		ran := false
+		l.OnLost(func() { ran = true })
+		if !ran {
+			t.Fatal("OnLost on a lease already lost did not run at once")
+		}
 	})
 }

@@ -123,6 +123,10 @@ type Invocation struct {
 	// ctx already ended for another reason (its timeout) and that is still
 	// stopping learns it here. Nil when the lease can never be lost.
 	Lost <-chan struct{}
+	// OnLost registers a function to run if the lease is lost, before its
+	// slots are given back (lanes.Lease.OnLost); the returned function
+	// unregisters it. Nil when the lease can never be lost.
+	OnLost func(func()) func() bool
 	// Deadline returns the lease's local deadline (lanes.Lease.Deadline):
 	// when Lost closes unless a heartbeat renews the lease first. It moves
 	// with each renewal; the zero time means none. A body that stops its

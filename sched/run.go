@@ -442,7 +442,7 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 	}
 	inv := Invocation{
 		CallID: c.ID, Tool: c.Tool, Args: st.ops[j.op], Operation: j.op, Tenant: r.o.Tenant, Entry: j.entry, Tokens: lease.Tokens(),
-		Lost: lease.Lost(), Deadline: lease.Deadline, Margin: r.s.session.TTL() / 10,
+		Lost: lease.Lost(), OnLost: lease.OnLost, Deadline: lease.Deadline, Margin: lease.Margin(),
 	}
 	started := time.Now()
 	r.emit(Event{Kind: EventStarted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry})

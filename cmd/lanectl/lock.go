@@ -263,7 +263,7 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return startError(o.argv[0], err)
 	}
-	defer c.Guard(lease.Lost(), lease.Deadline, leaseMargin(o.ttl))()
+	defer c.Guard(lease.Lost(), lease.OnLost, lease.Deadline, lease.Margin())()
 	defer o.relay.Forward(func(s os.Signal) {
 		if sig, ok := s.(syscall.Signal); ok {
 			_ = c.Signal(sig)
@@ -307,11 +307,6 @@ func inheritedLineage(g *globalOptions) ([]string, error) {
 	}
 	return lineage, nil
 }
-
-// leaseMargin is how long before a lease's local deadline its command gets
-// SIGTERM: the margin by which that deadline precedes the backend's (a
-// tenth of the TTL, as lanes.Session keeps it).
-func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
 
 // finish releases the lease after the command exited and returns lock's
 // answer: the command's status, or exit 79 when the lease was lost.

@@ -93,20 +93,38 @@ func (c *Child) guardSignal(sig syscall.Signal, why string) {
 
 // Guard stops a command in time for the lease it runs under: SIGTERM once
 // the lease's local deadline is less than grace away (a chance to stop
-// cleanly), SIGKILL as soon as lost closes. The local deadline lies a
+// cleanly), SIGKILL as soon as the lease is lost. The local deadline lies a
 // margin (a tenth of the TTL) before the backend could grant the lease's
 // slots to anyone else, so the command is gone before another holder
 // starts. deadline returns the lease's current local deadline (it moves
 // with each renewal; the zero time means none); lost is closed when the
-// lease is lost, and may be nil for a lease that is never lost.
+// lease is lost, and may be nil for a lease that is never lost. onLost,
+// when not nil, is the lease's OnLost (lanes.Lease.OnLost): the SIGKILL is
+// then sent before the Session gives the lost lease's slots back, not
+// merely as soon as this goroutine sees lost closed.
 //
 // Guard returns at once; its goroutine ends when the command exits, after
 // the SIGKILL, or when stop is called.
-func (c *Child) Guard(lost <-chan struct{}, deadline func() time.Time, grace time.Duration) (stop func()) {
+func (c *Child) Guard(lost <-chan struct{}, onLost func(func()) func() bool, deadline func() time.Time, grace time.Duration) (stop func()) {
 	done := make(chan struct{})
+	unregister := func() bool { return false }
+	if onLost != nil {
+		unregister = onLost(func() {
+			select {
+			case <-c.exited:
+			default:
+				c.guardSignal(syscall.SIGKILL, "SIGKILL: its lease was lost")
+			}
+		})
+	}
 	go c.guard(lost, deadline, grace, done)
 	var once sync.Once
-	return func() { once.Do(func() { close(done) }) }
+	return func() {
+		once.Do(func() {
+			unregister()
+			close(done)
+		})
+	}
 }
 
 func (c *Child) guard(lost <-chan struct{}, deadline func() time.Time, grace time.Duration, done <-chan struct{}) {

@@ -172,7 +172,7 @@ func runCommand(ctx context.Context, argv []string, dir string, inv sched.Invoca
 // The returned function says why the command was sent a signal, nil if it
 // was not; it waits for the command to exit.
 func watch(ctx context.Context, child *supervise.Child, inv sched.Invocation) (why func() error) {
-	stopGuard := child.Guard(inv.Lost, inv.Deadline, inv.Margin)
+	stopGuard := child.Guard(inv.Lost, inv.OnLost, inv.Deadline, inv.Margin)
 	stopped := make(chan error, 1)
 	go func() {
 		defer stopGuard()
