@@ -405,10 +405,10 @@ func aclWithPassword(words []string, password string) []string {
 // aclClientCommands are the commands lanes sends outside scripts: PING (the
 // first contact), EVALSHA and EVAL (every step), SUBSCRIBE and UNSUBSCRIBE
 // (grant hints and the namespace's channel), HSCAN (the keys in use, read
-// from the limits hash: redislane's Inspect of every key) and INFO (the
-// eviction-policy check of NewSession). HELLO and AUTH run before the user
+// from the limits hash: redislane's Inspect of every key), HGETALL (a run's
+// records) and INFO (the eviction-policy check of NewSession). HELLO and AUTH run before the user
 // is known.
-var aclClientCommands = []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe", "hscan", "info"}
+var aclClientCommands = []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe", "hscan", "hgetall", "info"}
 
 // aclScriptCommands returns the commands scripts/lua/*.lua call.
 func aclScriptCommands(t *testing.T) []string {

@@ -215,17 +215,20 @@ func (s *Session) releaseLater(first func(), ids ...string) {
 	}()
 }
 
-// release removes id from the backend on a context detached from ctx's
-// cancellation, bounded by the release timeout, trying again while the
-// backend cannot be reached. It reports what the entry was, and whether an
-// operator had released it by force.
-func (s *Session) release(ctx context.Context, id string) (was State, forced bool, err error) {
+// release removes id from the backend with step (nil: a Release step) on a
+// context detached from ctx's cancellation, bounded by the release timeout,
+// trying again while the backend cannot be reached. It reports what the
+// entry was, and whether an operator had released it by force.
+func (s *Session) release(ctx context.Context, id string, step func(context.Context, []string) (Released, error)) (was State, forced bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
+	if step == nil {
+		step = func(ctx context.Context, ids []string) (Released, error) { return s.b.Release(ctx, s.owner.ID, ids) }
+	}
 	var r Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {
 		var err error
-		r, err = s.b.Release(ctx, s.owner.ID, []string{id})
+		r, err = step(ctx, []string{id})
 		return err
 	})
 	if err != nil {

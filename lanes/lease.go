@@ -97,7 +97,7 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 	if pending {
 		return nil // its Enqueue step settles it
 	}
-	_, _, rerr := s.release(ctx, e.id)
+	_, _, rerr := s.release(ctx, e.id, nil)
 	return rerr
 }
 
@@ -246,15 +246,28 @@ func (l *Lease) Err() error {
 // the backend could not be reached within the release timeout (the lease
 // then expires within its TTL). Later calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
-	l.once.Do(func() { l.rerr = l.release(ctx) })
+	l.once.Do(func() {
+		l.rerr = l.release(ctx, func(ctx context.Context, ids []string) (Released, error) {
+			if len(ids) == 0 {
+				return Released{}, nil
+			}
+			return l.s.b.Release(ctx, l.s.owner.ID, ids)
+		})
+	})
 	return l.rerr
 }
 
-func (l *Lease) release(ctx context.Context) error {
+// release ends the lease and removes its entry from the backend with step
+// (a Release or a Record step).
+func (l *Lease) release(ctx context.Context, step func(context.Context, []string) (Released, error)) error {
 	s, e := l.s, l.e
 	s.mu.Lock()
 	if err := l.errLocked(); err != nil {
 		s.mu.Unlock()
+		_ = retry(context.WithoutCancel(ctx), s.interval, func(ctx context.Context) error {
+			_, err := step(ctx, nil) // a record, if step makes one
+			return err
+		})
 		if errors.Is(err, ErrLeaseLost) {
 			return err
 		}
@@ -266,9 +279,12 @@ func (l *Lease) release(ctx context.Context) error {
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
 	if !inBackend {
-		return nil // it took no lane
+		return retry(context.WithoutCancel(ctx), s.interval, func(ctx context.Context) error {
+			_, err := step(ctx, nil) // it took no lane: only a record, if step makes one
+			return err
+		})
 	}
-	was, forced, err := s.release(ctx, e.id)
+	was, forced, err := s.release(ctx, e.id, step)
 	switch {
 	case err != nil:
 		return err

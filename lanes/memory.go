@@ -31,6 +31,7 @@ type Memory struct {
 	forced    map[string]time.Time       // id -> when the tombstone of its forced release lapses
 	stats     Stats
 	subs      map[string]func([]Hint)
+	runs      map[string]*memRun // run id -> what its calls came to
 }
 
 type memEntry struct {
@@ -70,6 +71,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		settled:   map[string]time.Time{},
 		forced:    map[string]time.Time{},
 		subs:      map[string]func([]Hint){},
+		runs:      map[string]*memRun{},
 	}
 	for _, o := range opts {
 		o(m)

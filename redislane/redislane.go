@@ -496,22 +496,27 @@ func (b *Backend) Close() error {
 // is retried with a growing pause until ctx ends: every lanes step is safe
 // to send again.
 func (b *Backend) run(ctx context.Context, s *redis.Script, name string, args ...any) (any, error) {
+	return b.runKeys(ctx, s, name, b.keys, args)
+}
+
+// runKeys is run with other KEYS than the namespace's ten.
+func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if !b.tracer.On() {
-		return b.runRetry(ctx, s, args)
+		return b.runRetry(ctx, s, keys, args)
 	}
 	ctx, span := b.tracer.Start(ctx, "lanes.redis "+name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDBSystem, attrDBOperation, attrNamespace.String(b.ns), attrScript.String(name)))
 	defer span.End()
-	v, err := b.runRetry(ctx, s, args)
+	v, err := b.runRetry(ctx, s, keys, args)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return v, err
 }
 
-func (b *Backend) runRetry(ctx context.Context, s *redis.Script, args []any) (any, error) {
+func (b *Backend) runRetry(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		v, err := s.Run(ctx, b.c, b.keys, args...).Result()
+		v, err := s.Run(ctx, b.c, keys, args...).Result()
 		if !notRun(err) {
 			return v, err
 		}

@@ -58,6 +58,7 @@ func (c *fakeClock) advance(d time.Duration) {
 	c.offset += d
 	c.mu.Unlock()
 	c.sync()
+	c.m.FastForward(d) // keys with a TTL (a run's records) age as well
 }
 
 func TestConformanceMiniredis(t *testing.T) {

@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 		{"LostReleaseReplyIsSuccess", testLostReleaseReplyIsSuccess},
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},
+		{"RunRecords", testRunRecords},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

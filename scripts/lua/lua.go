@@ -18,7 +18,7 @@ import (
 var files embed.FS
 
 // shared lists the scripts that run with lib.lua in front of them.
-var shared = map[string]bool{"enqueue.lua": true, "heartbeat.lua": true, "release.lua": true, "inspect.lua": true, "doctor.lua": true}
+var shared = map[string]bool{"enqueue.lua": true, "heartbeat.lua": true, "release.lua": true, "inspect.lua": true, "doctor.lua": true, "record.lua": true}
 
 // Source returns the full source of the named script (e.g. "enqueue.lua"),
 // ready for EVAL or SCRIPT LOAD. It panics on a name that is not embedded:
