@@ -23,8 +23,9 @@ const (
 
 	// exitUsage (EX_USAGE): a bad flag or argument, a malformed --redis URL,
 	// a bad namespace, a missing `--`, a request that lanes rejects as
-	// invalid (lanes.ErrInvalid), or a --limit other than the one the key
-	// is held with (lanes.ErrLimitMismatch).
+	// invalid (lanes.ErrInvalid), a --limit other than the one the key is
+	// held with (lanes.ErrLimitMismatch), or an --id that names another
+	// request (lanes.ErrIDConflict).
 	exitUsage = 64
 
 	// exitDataErr (EX_DATAERR): `batch` could not use its --tools or
@@ -83,7 +84,8 @@ func exitCode(err error) int {
 		return exitSignal + int(intr.sig)
 	case errors.As(err, &usage),
 		errors.Is(err, lanes.ErrInvalid),
-		errors.Is(err, lanes.ErrLimitMismatch):
+		errors.Is(err, lanes.ErrLimitMismatch),
+		errors.Is(err, lanes.ErrIDConflict):
 		return exitUsage
 	case permissionDenied(err):
 		return exitNoPerm
@@ -156,4 +158,27 @@ func (e *interruptError) Error() string {
 		return "interrupted by " + signalName(e.sig)
 	}
 	return e.msg
+}
+
+// describe says what a lanes error is about in one sentence, without the
+// "lanes: ..." prefixes of its chain: the detail of a validation error, the
+// words of a lock cycle. Other errors are returned as their text.
+func describe(err error) string {
+	var (
+		inv   *lanes.InvalidError
+		cycle *lanes.LockCycleError
+		conf  *lanes.IDConflictError
+		lim   *lanes.LimitMismatchError
+	)
+	switch {
+	case errors.As(err, &inv):
+		return inv.Detail
+	case errors.As(err, &cycle):
+		return "lock cycle: " + cycle.Path
+	case errors.As(err, &conf):
+		return fmt.Sprintf("entry id %s already names another request (other keys, limits or lineage); an entry id names one request: choose another --id", conf.ID)
+	case errors.As(err, &lim):
+		return fmt.Sprintf("key %q is held or awaited with limit %d; this request names %d (pass --limit %d)", lim.Key, lim.Recorded, lim.Requested, lim.Recorded)
+	}
+	return err.Error()
 }

@@ -135,20 +135,17 @@ func (o *lockOptions) complete(args []string, dash int) error {
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v (0 waits forever)", o.wait)
 	}
-	for _, k := range o.keys {
-		if err := lanes.ValidateKey(k); err != nil {
-			return usageErrorf("%s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
-		}
-	}
 	if o.id != "" {
 		if err := lanes.ValidateEntryID(o.id); err != nil {
-			return usageErrorf("--id: %s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+			return usageErrorf("--id: %s", describe(err))
 		}
 	}
 	req := o.request()
-	req.ID = "-" // checked above; the rest of the request is checked here
+	if req.ID == "" {
+		req.ID = lanes.NewID() // the Session names it; the rest is checked here
+	}
 	if err := req.Validate(); err != nil {
-		return usageErrorf("%s", strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+		return usageErrorf("%s", describe(err))
 	}
 	return nil
 }
@@ -234,7 +231,10 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
 	}
 	if errors.Is(err, lanes.ErrLockCycle) {
-		return &exitError{code: exitLockCycle, err: fmt.Errorf("refused %s: %s", o.keyList(), strings.TrimPrefix(err.Error(), "lanes: "))}
+		return &exitError{code: exitLockCycle, err: fmt.Errorf("refused %s: %s", o.keyList(), describe(err))}
+	}
+	if errors.Is(err, lanes.ErrIDConflict) || errors.Is(err, lanes.ErrInvalid) || errors.Is(err, lanes.ErrLimitMismatch) {
+		return usageErrorf("%s", describe(err))
 	}
 	if errors.Is(err, lanes.ErrNotHolder) {
 		return usageErrorf("--id %s: %s", o.id, strings.TrimPrefix(err.Error(), lanes.ErrNotHolder.Error()+": "))
@@ -302,7 +302,7 @@ func inheritedLineage(g *globalOptions) ([]string, error) {
 	}
 	for _, id := range lineage {
 		if err := lanes.ValidateEntryID(id); err != nil {
-			return nil, usageErrorf("%s: %s", laneenv.Lineage, strings.TrimPrefix(err.Error(), lanes.ErrInvalid.Error()+": "))
+			return nil, usageErrorf("%s: %s", laneenv.Lineage, describe(err))
 		}
 	}
 	return lineage, nil
