@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"LiveWaiterIsNeverEvicted", testLiveWaiter},
 		{"LostBeforeRegranted", testLostBeforeRegrant},
 		{"ForceReleasedLeaseIsLost", testForceRelease},
+		{"HandoffAtDefaultTTLByHint", testHandoffAtDefaultTTL},
 		{"CancelLeavesEveryQueue", testCancel},
 		{"CancelledHeadWakesNext", testCancelledHead},
 		{"CancelAfterGrantGivesItBack", testCancelAfterGrant},
