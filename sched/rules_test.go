@@ -375,7 +375,7 @@ func TestRule6HangingToolCutOffLanesHeld(t *testing.T) {
 }
 
 // Rule 6: a run-wide deadline ends the run. a starts well before the
-// deadline (1.5s: room on a busy machine) and is still running, gated, when
+// deadline (1s: room on a busy machine) and is still running, gated, when
 // it passes; b waits behind it.
 func TestRule6RunDeadline(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
@@ -383,7 +383,7 @@ func TestRule6RunDeadline(t *testing.T) {
 		k := sched.Concurrency{Key: "k", Limit: 1}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"w": {Safe: safe, Concurrency: k}}))
 		p.gate("a")
-		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		done := runAsync(t, ctx, s, calls("a:w", "b:w"), sched.Options{})
 		p.waitStarted(t, "a")
