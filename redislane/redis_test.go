@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,12 +53,13 @@ func TestConnectionsDoNotGrowWithWaitersRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	leases := make(chan *lanes.Lease, waiters)
+	var failed atomic.Int64
 	for range waiters {
 		wg.Go(func() {
 			l, err := s.Acquire(ctx, lanes.Request{Lanes: one("k", 1)})
 			if err != nil {
-				if ctx.Err() == nil || errors.Is(err, lanes.ErrWaitTimeout) {
-					t.Error(err)
+				if failed.Add(1) == 1 { // the count of grants below says the rest
+					t.Errorf("a waiter's Acquire() = %v", err)
 				}
 				return
 			}
