@@ -1,8 +1,8 @@
-# lanes: make test | make demo | make bench | make lint
+# lanes: make test | make demo | make bench | make lint | make mutate
 GO ?= go
 BIN := bin
 
-.PHONY: all build install test demo demo-lock bench lint clean
+.PHONY: all build install test demo demo-lock bench lint mutate clean
 
 all: build
 
@@ -40,6 +40,15 @@ BENCHFLAGS ?=
 bench:
 	$(GO) run ./bench $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./redislane ./lanes
+
+# Plants each mutation of a curated list (scripts/mutate/mutations.go: a
+# realistic bug each, as an exact text edit) in a temporary copy of the
+# repository, runs the fast tests that must catch it, and prints each with
+# the tests that caught it. Fails if one survives, or if its edit no longer
+# matches the code. MUTATEFLAGS: -run REGEXP, -list, -race, -v.
+MUTATEFLAGS ?=
+mutate:
+	$(GO) run ./scripts/mutate $(MUTATEFLAGS)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Real Redis: the RFD 129 batch run by three `lanectl batch` processes at
@@ -51,6 +53,10 @@ safe = true
 		t.Fatal(err)
 	}
 	// Each replica writes an Anthropic response: r<replica>-<n> in order.
+	// A replica still running after two minutes is killed: the test fails,
+	// it does not hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range 3 {
@@ -63,7 +69,7 @@ safe = true
 			t.Fatal(err)
 		}
 		wg.Go(func() {
-			cmd := exec.Command(lanectl, "--redis", redisURL(), "--namespace", ns, "batch", "--tools", toolsFile, "--calls", calls, "--json")
+			cmd := exec.CommandContext(ctx, lanectl, "--redis", redisURL(), "--namespace", ns, "batch", "--tools", toolsFile, "--calls", calls, "--json")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				errs[i] = fmt.Errorf("replica %d: %v: %s", i, err, out)

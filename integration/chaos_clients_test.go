@@ -32,7 +32,9 @@ func TestChaosBaseline(t *testing.T) {
 	})
 	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
 	s.fault("none (cancelled waits: 10% of requests)")
-	s.finish(chaos.Options{})
+	// With no fault, every request but the 10% of short waits is granted:
+	// half of them is a floor no healthy run comes near.
+	s.finish(chaos.Options{MinGrants: n * clients * ops / 2})
 }
 
 // kill -9 of a client at each crash point: with its Enqueue step committed
@@ -202,4 +204,70 @@ func TestChaosStoppedHolder(t *testing.T) {
 			s.finish(chaos.Options{})
 		})
 	}
+}
+
+// kill -9 of a holder of several permits: each crasher incarnation asks for
+// m0 (limit 1) and a permit of s0 (limit 3) in one request and dies inside
+// its critical section, while the background replicas queue on both keys
+// with waits (bounded at two minutes) that outlast the dead lease's TTL.
+// Every permit must pass on (limit, fencing and FIFO checkers, no leak),
+// the waiters behind the dead holder must be granted, and every process
+// must make progress.
+func TestChaosKilledHolderOfSeveralPermits(t *testing.T) {
+	s := chaosStart(t, "kill -9 of a holder of several permits (m0 and a permit of s0), waits outlasting the TTL")
+	s.lanes = "m0:1,s0:3"
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	b := s.namespace(srv.Client(), "chaos-permits-")
+	ns := b.Namespace()
+	rounds := chaosSize(2, 10)
+	bg := s.h.RunFleet("r", chaosSize(3, 6), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), ns, uint64(600+i), "-clients", "2", "-ops", "1000000", "-multi", "0.5", "-for", chaosSize("6s", "30s"))
+	})
+	crasher := s.h.RunFleet("k", 1, func(_, inc int) []string {
+		switch {
+		case inc < rounds:
+			return s.args(srv.URL(), ns, uint64(650+inc), "-clients", "1", "-ops", "1000000", "-multi", "1", "-cancel", "0",
+				"-hold-min", "20ms", "-hold", "50ms", "-crash", chaos.CrashHolding, "-crash-op", "0")
+		case inc == rounds:
+			return s.args(srv.URL(), ns, uint64(690), "-clients", "1", "-ops", "5", "-multi", "1")
+		}
+		return nil
+	})
+	crasher.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	bg.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+
+	hist := s.h.History()
+	crashes := 0
+	for _, c := range hist.Crashes {
+		if c.Op != chaos.OpCrash || c.Err != chaos.CrashHolding {
+			continue
+		}
+		crashes++
+		held := map[string]bool{}
+		for _, a := range hist.Attempts {
+			if a.Proc == c.Proc && a.Outcome == chaos.Granted && a.Return <= c.Time && a.Release == chaos.Abandoned {
+				for _, k := range a.Keys {
+					held[k] = true
+				}
+			}
+		}
+		if !held["m0"] || !held["s0"] {
+			s.violation("scenario", "%s crashed holding %v; want m0 and a permit of s0", c.Proc, held)
+		}
+	}
+	if crashes != rounds {
+		s.violation("scenario", "%d crashes while holding; want %d", crashes, rounds)
+	}
+	rec := chaos.Recoveries(hist)
+	if len(rec) == 0 {
+		s.violation("scenario", "no request was waiting for m0 when a holder died, and granted after: the scenario tested nothing")
+	}
+	for _, r := range rec {
+		t.Logf("recovery of %s after %s died: %v", r.Key, r.Proc, r.Took.Round(time.Millisecond))
+	}
+	s.fault(fmt.Sprintf("%d kill -9 of a process holding m0 (limit 1) and a permit of s0 (limit 3) in one lease", crashes))
+	s.finish(chaos.Options{})
 }

@@ -127,10 +127,26 @@ func (s *chaosScenario) violation(checker, format string, args ...any) {
 // and reports the scenario's numbers, and fails the test on any violation.
 // want lists checkers whose violations are expected (the unguarded run);
 // it returns what they found.
+//
+// Every scenario must make progress: unless o asks for more, each process
+// that exited cleanly was granted at least once, and the scenario at least
+// once per process that took part, so a fleet that granted nothing (or
+// little) fails however clean its history.
 func (s *chaosScenario) finish(o chaos.Options, want ...string) []chaos.Violation {
 	t := s.t
 	t.Helper()
 	hist := s.h.History()
+	if o.MinGrantsPerProc == 0 {
+		o.MinGrantsPerProc = 1
+	}
+	if o.MinGrants == 0 {
+		for p := range hist.Procs {
+			if p != "harness" {
+				o.MinGrants++
+			}
+		}
+		o.MinGrants = max(o.MinGrants, 1)
+	}
 	if o.Final == nil {
 		var nss []string
 		for _, n := range s.backends {

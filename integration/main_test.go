@@ -117,9 +117,16 @@ func assertNamespaceEmpty(t *testing.T, b *redislane.Backend, c redis.UniversalC
 
 // lockCmd is one `lanectl lock` process in its own process group, so a
 // SIGKILL of the group takes its child along, as a crashed machine would.
-func lockCmd(ns string, args ...string) *exec.Cmd {
-	cmd := exec.Command(lanectl, append([]string{"--redis", redisURL(), "--namespace", ns, "lock"}, args...)...)
+//
+// The process, and its whole group, is killed when t ends or two minutes
+// after it started, so that a Wait on it always returns: a test that fails
+// early, or a lanectl that hangs, leaves no process behind and no test hung.
+func lockCmd(t *testing.T, ns string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, lanectl, append([]string{"--redis", redisURL(), "--namespace", ns, "lock"}, args...)...)
 	cmd.SysProcAttr = groupAttr()
+	cmd.Cancel = func() error { return killGroup(cmd) }
 	cmd.Stderr = os.Stderr
 	return cmd
 }

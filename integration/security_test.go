@@ -29,12 +29,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/lanes-dev/lanes/internal/redistest"
 )
 
 // These tests start redis-server instances of their own, on free loopback
 // ports, configured as a hardened deployment would be: TLS with a CA of the
 // test's, and an ACL user limited to what lanes needs. They skip, saying
-// so, when redis-server is not installed or cannot do TLS.
+// so, when redis-server is not installed or cannot do TLS (they fail under
+// LANES_REQUIRE_REDIS=1).
 
 // secNoLeaks checks, when t ends, that t left no goroutine running.
 func secNoLeaks(t *testing.T) {
@@ -72,7 +75,7 @@ func secRedisServer(t *testing.T, tls bool, args func(port int) []string) int {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skip("SKIP: no redis-server on PATH; install it (Debian: apt-get install redis-server) to run the TLS and ACL tests")
+		redistest.Unavailable(t, "no redis-server on PATH; install it (Debian: apt-get install redis-server) to run the TLS and ACL tests")
 	}
 	dir := t.TempDir()
 	for attempt := 0; ; attempt++ {
@@ -105,7 +108,7 @@ func secRedisServer(t *testing.T, tls bool, args func(port int) []string) int {
 				switch {
 				case strings.Contains(out, "Address already in use") && attempt < 3:
 				case tls && strings.Contains(out, "Bad directive") && strings.Contains(out, "tls"):
-					t.Skipf("SKIP: %s (it refused --tls-port): %s", secNoTLS, secLastLine(out))
+					redistest.Unavailable(t, "%s (it refused --tls-port): %s", secNoTLS, secLastLine(out))
 				default:
 					t.Fatalf("redis-server %q exited: %s", all, out)
 				}

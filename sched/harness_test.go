@@ -63,21 +63,30 @@ func eachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
 	}
 }
 
-// scheduler returns a Scheduler for cfg on the env's session; the test
-// waits for its stragglers at the end.
+// scheduler returns a Scheduler for cfg on the env's session. When the test
+// ends, every gate of the probe opens and then the test waits, at most
+// bound, for the scheduler's stragglers: a test that stopped early (a
+// failed assertion) leaves no body waiting for it.
 func (e *env) scheduler(cfg sched.Config) *sched.Scheduler {
 	e.t.Helper()
 	s, err := sched.New(cfg, e.session)
 	if err != nil {
 		e.t.Fatalf("sched.New() = %v", err)
 	}
-	e.t.Cleanup(s.Wait)
+	e.t.Cleanup(func() { within(e.t, "the scheduler's stragglers (Scheduler.Wait)", s.Wait) })
+	e.t.Cleanup(e.probe.openAll) // runs first
 	return s
 }
 
 func (e *env) run(s *sched.Scheduler, calls []sched.Call, o sched.Options) *sched.Result {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return e.runWithin(bound, s, calls, o)
+}
+
+// runWithin is run for a batch that may take longer than bound.
+func (e *env) runWithin(limit time.Duration, s *sched.Scheduler, calls []sched.Call, o sched.Options) *sched.Result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	res, err := s.Run(ctx, calls, o)
 	if err != nil {
@@ -89,7 +98,7 @@ func (e *env) run(s *sched.Scheduler, calls []sched.Call, o sched.Options) *sche
 // inspect returns the holders and waiters of a lane key.
 func (e *env) inspect(key string) (holders, waiters []string) {
 	e.t.Helper()
-	snap, err := e.backend.Inspect(context.Background(), []string{key})
+	snap, err := e.backend.Inspect(testCtx(e.t), []string{key})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -102,6 +111,20 @@ func (e *env) inspect(key string) (holders, waiters []string) {
 		}
 	}
 	return holders, waiters
+}
+
+// waitFree waits, at most bound, until nobody holds or waits for key.
+func (e *env) waitFree(key string) {
+	e.t.Helper()
+	for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+		holders, waiters := e.inspect(key)
+		if len(holders)+len(waiters) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s still has holders %v and waiters %v after %v", key, holders, waiters, bound)
+		}
+	}
 }
 
 // probe records what bodies do: when each starts and ends, in one global
@@ -130,14 +153,46 @@ func (p *probe) gate(ids ...string) {
 	}
 }
 
-func (p *probe) open(id string) { close(p.gates[id]) }
+// open lets the gated body of call id go on; opening twice is harmless.
+func (p *probe) open(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	openGate(p.gates[id])
+}
+
+// openAll opens every gate: at the end of a test, so that no body waits
+// for a test that stopped early.
+func (p *probe) openAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, g := range p.gates {
+		openGate(g)
+	}
+}
+
+func openGate(g chan struct{}) {
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
+}
 
 func (p *probe) waitStarted(t *testing.T, id string) {
 	t.Helper()
-	select {
-	case <-p.started[id]:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("call %s never started", id)
+	p.mu.Lock()
+	started := p.started[id]
+	p.mu.Unlock()
+	recv(t, started, "call "+id+" to start")
+}
+
+// waitLogged waits, at most bound, until the probe's log has line.
+func (p *probe) waitLogged(t *testing.T, line string) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); p.index(line) < 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in the log after %v: %v", line, bound, p.snapshot())
+		}
 	}
 }
 
@@ -212,6 +267,81 @@ func (p *probe) snapshot() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]string(nil), p.log...)
+}
+
+// bound is the longest any wait of these tests may last: a broken
+// scheduler fails its test within it, never hangs the package. A batch of
+// a few calls takes milliseconds, even under -race on busy cores.
+const bound = 10 * time.Second
+
+// testCtx returns a context that ends after bound, or when t ends.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recv waits, at most bound, for a value on ch (or its close).
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(bound):
+		t.Fatalf("waited %v for %s", bound, what)
+		panic("unreachable")
+	}
+}
+
+// within runs wait, a wait with no deadline of its own (Scheduler.Wait, a
+// WaitGroup), and marks t failed if it has not returned after bound. It
+// does not stop t, so it may run in a Cleanup.
+func within(t *testing.T, what string, wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		t.Errorf("waited %v for %s", bound, what)
+	}
+}
+
+// async is a batch running on its own goroutine.
+type async struct {
+	ch chan asyncResult
+}
+
+type asyncResult struct {
+	res *sched.Result
+	err error
+}
+
+// runAsync runs the batch on a goroutine, under ctx bounded by bound and
+// cancelled when t ends (before the scheduler's stragglers are waited for).
+func runAsync(t *testing.T, ctx context.Context, s *sched.Scheduler, cs []sched.Call, o sched.Options) *async {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	t.Cleanup(cancel)
+	a := &async{ch: make(chan asyncResult, 1)}
+	go func() {
+		res, err := s.Run(ctx, cs, o)
+		a.ch <- asyncResult{res, err}
+	}()
+	return a
+}
+
+// wait returns the batch's result, failing t if Run failed or took more
+// than bound.
+func (a *async) wait(t *testing.T) *sched.Result {
+	t.Helper()
+	r := recv(t, a.ch, "the batch's result")
+	if r.err != nil {
+		t.Fatalf("Run() = %v", r.err)
+	}
+	return r.res
 }
 
 // calls builds calls from specs "id:tool" or "id:tool:args".

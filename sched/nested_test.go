@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lanes-dev/lanes/lanes"
@@ -107,18 +108,24 @@ func TestChildSpendsParentsLimitOnce(t *testing.T) {
 // completes.
 func TestNestedCycleBetweenTwoRunners(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
-		other, err := lanes.NewSession(context.Background(), e.backend)
+		other, err := lanes.NewSession(testCtx(t), e.backend)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { other.Close() })
-		var both sync.WaitGroup
-		both.Add(2)
+		var in atomic.Int32
+		both := make(chan struct{})
 		var sA, sB *sched.Scheduler
 		holder := func(s **sched.Scheduler, want string) sched.Body {
 			return func(ctx context.Context, inv sched.Invocation) (string, error) {
-				both.Done()
-				both.Wait() // each holds its key before either nests
+				if in.Add(1) == 2 {
+					close(both)
+				}
+				select { // each holds its key before either nests
+				case <-both:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
 				res, err := (*s).Run(ctx, []sched.Call{{ID: "nested-" + inv.CallID, Tool: want, Args: json.RawMessage(`{}`)}}, sched.Options{})
 				if err != nil {
 					return "", err
@@ -141,10 +148,10 @@ func TestNestedCycleBetweenTwoRunners(t *testing.T) {
 		if errB != nil {
 			t.Fatal(errB)
 		}
-		t.Cleanup(sB.Wait)
-		doneA := runAsync(context.Background(), sA, calls("a:hold1"), sched.Options{})
-		doneB := runAsync(context.Background(), sB, calls("b:hold2"), sched.Options{})
-		ra, rb := <-doneA, <-doneB
+		t.Cleanup(func() { within(t, "runner B's stragglers", sB.Wait) })
+		doneA := runAsync(t, context.Background(), sA, calls("a:hold1"), sched.Options{})
+		doneB := runAsync(t, context.Background(), sB, calls("b:hold2"), sched.Options{})
+		ra, rb := doneA.wait(t), doneB.wait(t)
 		var cycles, oks int
 		for _, o := range []sched.Outcome{ra.Outcomes[0], rb.Outcomes[0]} {
 			switch {
@@ -206,12 +213,12 @@ func TestSixEditsOfOneFileThroughSpellings(t *testing.T) {
 		cs := calls(`e1:edit:{"Path":"plan.md"}`, `e2:edit:{"Path":"./plan.md"}`, `o1:edit:{"Path":"other.md"}`,
 			`e3:edit:{"Path":"`+filepath.Join(real, "plan.md")+`"}`, `e4:edit:{"Path":"link.md"}`,
 			`e5:edit:{"Path":"sub/../plan.md"}`, `e6:edit:{"Path":"plan.md"}`)
-		done := runAsync(context.Background(), s, cs, sched.Options{})
+		done := runAsync(t, context.Background(), s, cs, sched.Options{})
 		p.waitStarted(t, "e1")
 		p.waitStarted(t, "o1") // beside the edits of plan.md
 		p.open("e1")
 		p.open("o1")
-		res := <-done
+		res := done.wait(t)
 		for _, o := range res.Outcomes {
 			if o.Status != sched.OK {
 				t.Fatalf("%s: %s %v", o.CallID, o.Status, o.Err)

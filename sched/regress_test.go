@@ -49,7 +49,7 @@ func TestNestedStragglerKeepsParentsSlot(t *testing.T) {
 			"leaf":   {Concurrency: k, Run: leaf},
 		}})
 		res := e.run(s, calls("p:parent", "other:leaf"), sched.Options{})
-		s.Wait()
+		within(t, "the nested straggler", s.Wait)
 		if st := statuses(res); st["p"] != sched.TimedOut || st["other"] != sched.OK {
 			t.Fatalf("outcomes %v; want p timed out, other ok", st)
 		}
@@ -78,11 +78,11 @@ func TestSessionCloseStopsRunningBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := runAsync(context.Background(), sc, calls("c:t"), sched.Options{})
-	<-started
+	done := runAsync(t, context.Background(), sc, calls("c:t"), sched.Options{})
+	recv(t, started, "the body to start")
 	_ = s.Close()
-	res := <-done
-	sc.Wait()
+	res := done.wait(t)
+	within(t, "the stopped body", sc.Wait)
 	if c, _ := cause.Load().(error); !errors.Is(c, lanes.ErrClosed) {
 		t.Fatalf("the body's context ended with %v; want ErrClosed", c)
 	}
@@ -109,7 +109,7 @@ func TestLargeAdmissionsInBoundedSteps(t *testing.T) {
 		for i := range 1200 {
 			cs = append(cs, sched.Call{ID: fmt.Sprint("c", i), Tool: "t", Args: json.RawMessage(fmt.Sprintf(`{"N":%d}`, i))})
 		}
-		res := e.run(s, cs, sched.Options{})
+		res := e.runWithin(time.Minute, s, cs, sched.Options{}) // 1200 calls
 		for _, o := range res.Outcomes {
 			if o.Status != sched.OK {
 				t.Fatalf("%s: %s %v", o.CallID, o.Status, o.Err)
@@ -141,7 +141,7 @@ func TestTwoInterruptsBothResumed(t *testing.T) {
 		}
 		for res.Checkpoint != nil {
 			var err error
-			res, err = s.Resume(context.Background(), res.Checkpoint, "yes", sched.Options{})
+			res, err = s.Resume(testCtx(t), res.Checkpoint, "yes", sched.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,16 +170,16 @@ func TestResumeOnceAndMutatedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Run(context.Background(), calls(`x:f:[{},{}]`), sched.Options{})
+	res, err := s.Run(testCtx(t), calls(`x:f:[{},{}]`), sched.Options{})
 	if err != nil || res.Checkpoint == nil {
 		t.Fatalf("Run = %v, %v; want a checkpoint", res, err)
 	}
 	cp := res.Checkpoint
 	cp.Outcomes[0].Operations = append(cp.Outcomes[0].Operations, sched.Outcome{Status: sched.OK}, sched.Outcome{Status: sched.OK})
-	if _, err := s.Resume(context.Background(), cp, "", sched.Options{}); err != nil {
+	if _, err := s.Resume(testCtx(t), cp, "", sched.Options{}); err != nil {
 		t.Fatalf("Resume of a mutated checkpoint = %v", err)
 	}
-	if _, err := s.Resume(context.Background(), cp, "", sched.Options{}); !errors.Is(err, sched.ErrConfig) {
+	if _, err := s.Resume(testCtx(t), cp, "", sched.Options{}); !errors.Is(err, sched.ErrConfig) {
 		t.Fatalf("second Resume = %v; want refused", err)
 	}
 }
@@ -193,7 +193,7 @@ func TestOneBadRequestFailsOnlyItsCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer other.Close()
-		held, err := other.Acquire(context.Background(), lanes.Request{Lanes: []lanes.Lane{{Key: "concurrency:shared", Limit: 2}}})
+		held, err := other.Acquire(testCtx(t), lanes.Request{Lanes: []lanes.Lane{{Key: "concurrency:shared", Limit: 2}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,26 +243,29 @@ func TestConcurrencyKeyAloneMeansOne(t *testing.T) {
 		want int32
 	}{{sched.Concurrency{Key: "x"}, 1}, {sched.Concurrency{Key: "x", Unbounded: true}, 3}} {
 		var running, most atomic.Int32
-		var gate sync.WaitGroup
-		gate.Add(1)
+		three := make(chan struct{}) // closed when three bodies run at once
 		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
 			n := running.Add(1)
+			defer running.Add(-1)
 			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 			}
 			if n == 3 {
-				gate.Done()
+				close(three)
 			}
 			if tc.want == 3 {
-				gate.Wait()
+				select { // a limit of 1 would never let the third in
+				case <-three:
+				case <-ctx.Done():
+					return "", ctx.Err()
+				}
 			}
-			running.Add(-1)
 			return "", nil
 		}
 		s, err := sched.New(sched.Config{Tools: map[string]sched.Tool{"t": {Safe: safe, Concurrency: tc.c, Run: body}}}, ses)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Run(context.Background(), calls("a:t", "b:t", "c:t"), sched.Options{}); err != nil {
+		if _, err := s.Run(testCtx(t), calls("a:t", "b:t", "c:t"), sched.Options{}); err != nil {
 			t.Fatal(err)
 		}
 		if most.Load() != tc.want {

@@ -58,19 +58,6 @@ func wantStatus(t *testing.T, res *sched.Result, want map[string]sched.Status) {
 	}
 }
 
-// runAsync runs the batch on a goroutine and returns its result channel.
-func runAsync(ctx context.Context, s *sched.Scheduler, cs []sched.Call, o sched.Options) <-chan *sched.Result {
-	ch := make(chan *sched.Result, 1)
-	go func() {
-		res, err := s.Run(ctx, cs, o)
-		if err != nil {
-			panic(err)
-		}
-		ch <- res
-	}()
-	return ch
-}
-
 func before(t *testing.T, p *probe, a, b string) {
 	t.Helper()
 	ia, ib := p.index(a), p.index(b)
@@ -86,7 +73,7 @@ func TestRule1AnsweredWithoutRunningHoldNoOne(t *testing.T) {
 		p := e.probe
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"read": {Safe: safe}, "write": {Safe: unsafe}}))
 		p.gate("a", "c")
-		done := runAsync(context.Background(), s, calls("a:read", "x:nosuch", "b:read:{not json", "d:write", "c:read"),
+		done := runAsync(t, context.Background(), s, calls("a:read", "x:nosuch", "b:read:{not json", "d:write", "c:read"),
 			sched.Options{Approve: func(_ context.Context, c sched.Call) error {
 				if c.ID == "d" {
 					return errors.New("the user said no")
@@ -97,7 +84,7 @@ func TestRule1AnsweredWithoutRunningHoldNoOne(t *testing.T) {
 		p.waitStarted(t, "c") // both run together: nothing between them held them apart
 		p.open("a")
 		p.open("c")
-		res := <-done
+		res := done.wait(t)
 		wantStatus(t, res, map[string]sched.Status{"a": sched.OK, "c": sched.OK, "x": sched.Failed, "b": sched.Failed, "d": sched.Failed})
 		for _, o := range res.Outcomes {
 			switch o.CallID {
@@ -151,7 +138,7 @@ func TestRule3Phases(t *testing.T) {
 		p := e.probe
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"read": {Safe: safe}, "write": {ReadOnlyHint: false}}))
 		p.gate("a", "b", "c")
-		done := runAsync(context.Background(), s, calls("a:read", "b:read", "c:write", "d:read"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("a:read", "b:read", "c:write", "d:read"), sched.Options{})
 		p.waitStarted(t, "a")
 		p.waitStarted(t, "b")
 		p.open("a")
@@ -161,7 +148,7 @@ func TestRule3Phases(t *testing.T) {
 			t.Fatal("d started while the unsafe c runs")
 		}
 		p.open("c")
-		res := <-done
+		res := done.wait(t)
 		wantStatus(t, res, map[string]sched.Status{"a": sched.OK, "b": sched.OK, "c": sched.OK, "d": sched.OK})
 		before(t, p, "end a", "start c")
 		before(t, p, "end b", "start c")
@@ -197,12 +184,12 @@ func TestRule3SafeFromArguments(t *testing.T) {
 		}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"fs": {Safe: mode}}))
 		p.gate("a", "b")
-		done := runAsync(context.Background(), s, calls(`a:fs:{"Mode":"read"}`, `b:fs:{"Mode":"read"}`, `c:fs:{}`, `d:fs:{"Mode":"read"}`), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls(`a:fs:{"Mode":"read"}`, `b:fs:{"Mode":"read"}`, `c:fs:{}`, `d:fs:{"Mode":"read"}`), sched.Options{})
 		p.waitStarted(t, "a")
 		p.waitStarted(t, "b")
 		p.open("a")
 		p.open("b")
-		<-done
+		done.wait(t)
 		before(t, p, "end a", "start c")
 		before(t, p, "end b", "start c")
 		before(t, p, "end c", "start d")
@@ -220,7 +207,7 @@ func TestRule4TurnLaneBeforeRemoteLanes(t *testing.T) {
 		p.gate("c1", "c2", "c3")
 		var mu sync.Mutex
 		var queued []string
-		done := runAsync(context.Background(), s, calls("c1:read", "c2:read", "c3:read", "c4:read"), sched.Options{OnEvent: func(ev sched.Event) {
+		done := runAsync(t, context.Background(), s, calls("c1:read", "c2:read", "c3:read", "c4:read"), sched.Options{OnEvent: func(ev sched.Event) {
 			if ev.Kind == sched.EventQueued {
 				mu.Lock()
 				queued = append(queued, ev.CallID)
@@ -237,7 +224,7 @@ func TestRule4TurnLaneBeforeRemoteLanes(t *testing.T) {
 		p.waitStarted(t, "c3")
 		p.open("c2")
 		p.open("c3")
-		<-done
+		done.wait(t)
 		mu.Lock()
 		defer mu.Unlock()
 		if !slices.Equal(queued, []string{"c1", "c2", "c3", "c4"}) {
@@ -259,7 +246,7 @@ func TestRule4TypedLaneKeys(t *testing.T) {
 			"other":  {Safe: safe, Concurrency: sched.Concurrency{Key: "search", Limit: 1}},
 		}))
 		p.gate("s1")
-		done := runAsync(context.Background(), s, calls("s1:search", "o1:other"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("s1:search", "o1:other"), sched.Options{})
 		p.waitStarted(t, "s1")
 		holders, _ := e.inspect("tool:search")
 		if !slices.Equal(holders, []string{"s1"}) {
@@ -270,7 +257,7 @@ func TestRule4TypedLaneKeys(t *testing.T) {
 			t.Fatalf("concurrency:search holders %v waiters %v; want [s1] [o1]: other joins search's key", holders, waiters)
 		}
 		p.open("s1")
-		<-done
+		done.wait(t)
 		before(t, p, "end s1", "start o1")
 	})
 }
@@ -281,7 +268,7 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		asked := make(chan struct{})
-		answer := make(chan string)
+		answer := make(chan string, 1) // the test never blocks on it
 		asking := func(ctx context.Context, inv sched.Invocation) (string, error) {
 			a, err := sched.Ask(ctx, "overwrite draft 02?")
 			if err != nil {
@@ -294,10 +281,15 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 			"rename": {Safe: safe, Concurrency: sched.Concurrency{Key: "rfd", Limit: 1}},
 		}))
 		var reviewedFree atomic.Bool
-		done := runAsync(context.Background(), s, calls("q:draft", "r:rename"), sched.Options{
-			Ask: func(_ context.Context, c sched.Call, question string) (string, error) {
+		done := runAsync(t, context.Background(), s, calls("q:draft", "r:rename"), sched.Options{
+			Ask: func(ctx context.Context, c sched.Call, question string) (string, error) {
 				close(asked)
-				return <-answer, nil
+				select {
+				case a := <-answer:
+					return a, nil
+				case <-ctx.Done(): // the test ended first
+					return "", ctx.Err()
+				}
 			},
 			Review: func(_ context.Context, c sched.Call, o sched.Outcome) sched.Outcome {
 				holders, waiters := e.inspect("concurrency:rfd")
@@ -305,7 +297,7 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 				return o
 			},
 		})
-		<-asked
+		recv(t, asked, "q to ask")
 		holders, waiters := e.inspect("concurrency:rfd")
 		if !slices.Equal(holders, []string{"q"}) || !slices.Equal(waiters, []string{"r"}) {
 			t.Fatalf("while q asks: holders %v waiters %v; want [q] [r]", holders, waiters)
@@ -314,7 +306,7 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 			t.Fatal("r started while q was asking")
 		}
 		answer <- "yes"
-		res := <-done
+		res := done.wait(t)
 		wantStatus(t, res, map[string]sched.Status{"q": sched.OK, "r": sched.OK})
 		if res.Outcomes[0].Output != "asked and got yes" {
 			t.Fatalf("q output %q", res.Outcomes[0].Output)
@@ -325,21 +317,23 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 	})
 }
 
-// Rule 6: a tool's timeout counts its execution only, never its wait.
+// Rule 6: a tool's timeout counts its execution only, never its wait. The
+// ceiling (300ms) leaves a body that returns at once room to run on a busy
+// machine under -race; q waits three times as long as it before it starts.
 func TestRule6TimeoutCountsExecutionOnly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		k := sched.Concurrency{Key: "k", Limit: 1}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{
 			"long":  {Safe: safe, Concurrency: k},
-			"quick": {Safe: safe, Concurrency: k, Timeout: 100 * time.Millisecond},
+			"quick": {Safe: safe, Concurrency: k, Timeout: 300 * time.Millisecond},
 		}))
 		p.gate("l")
-		done := runAsync(context.Background(), s, calls("l:long", "q:quick"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("l:long", "q:quick"), sched.Options{})
 		p.waitStarted(t, "l")
-		time.Sleep(300 * time.Millisecond) // q waits three times its ceiling
+		time.Sleep(900 * time.Millisecond) // q waits three times its ceiling
 		p.open("l")
-		wantStatus(t, <-done, map[string]sched.Status{"l": sched.OK, "q": sched.OK})
+		wantStatus(t, done.wait(t), map[string]sched.Status{"l": sched.OK, "q": sched.OK})
 	})
 }
 
@@ -350,6 +344,8 @@ func TestRule6HangingToolCutOffLanesHeld(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		release := make(chan struct{})
+		var once sync.Once
+		unstick := func() { once.Do(func() { close(release) }) }
 		hang := func(ctx context.Context, inv sched.Invocation) (string, error) {
 			<-release // ignores its context, as a stuck tool does
 			return "late", nil
@@ -358,35 +354,40 @@ func TestRule6HangingToolCutOffLanesHeld(t *testing.T) {
 			"hang": {Safe: safe, Timeout: 50 * time.Millisecond, Concurrency: sched.Concurrency{Key: "file", Limit: 1}, Run: hang},
 			"read": {Safe: safe},
 		}))
+		// Registered after the scheduler, so it runs before the wait for
+		// its stragglers: a failed assertion below cannot leave the stuck
+		// body, and the package, hanging.
+		t.Cleanup(unstick)
 		res := e.run(s, calls("h:hang", "a:read", "b:read"), sched.Options{})
 		wantStatus(t, res, map[string]sched.Status{"h": sched.TimedOut, "a": sched.OK, "b": sched.OK})
-		if msg := res.Outcomes[0].Err.Error(); !strings.Contains(msg, "hang") || !strings.Contains(msg, "50ms") {
-			t.Fatalf("timeout error %q does not name the tool and its ceiling", msg)
+		if o := res.Outcomes[0]; o.CallID != "h" || o.Err == nil || !strings.Contains(o.Err.Error(), "hang") || !strings.Contains(o.Err.Error(), "50ms") {
+			t.Fatalf("first outcome %s: %v; want h's timeout error naming the tool and its ceiling", o.CallID, o.Err)
 		}
 		if holders, _ := e.inspect("concurrency:file"); !slices.Equal(holders, []string{"h"}) {
 			t.Fatalf("after the timeout, holders %v; want [h] until the body returns", holders)
 		}
-		close(release)
-		s.Wait()
+		unstick()
+		within(t, "the stuck body to return", s.Wait)
 		if holders, _ := e.inspect("concurrency:file"); len(holders) != 0 {
 			t.Fatalf("after the body returned, holders %v; want none", holders)
 		}
 	})
 }
 
-// Rule 6: a run-wide deadline ends the run.
+// Rule 6: a run-wide deadline ends the run. a starts well before the
+// deadline (1s: room on a busy machine) and is still running, gated, when
+// it passes; b waits behind it.
 func TestRule6RunDeadline(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		k := sched.Concurrency{Key: "k", Limit: 1}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"w": {Safe: safe, Concurrency: k}}))
 		p.gate("a")
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		res, err := s.Run(ctx, calls("a:w", "b:w"), sched.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		done := runAsync(t, ctx, s, calls("a:w", "b:w"), sched.Options{})
+		p.waitStarted(t, "a")
+		res := done.wait(t)
 		wantStatus(t, res, map[string]sched.Status{"a": sched.Indeterminate, "b": sched.NeverDispatched})
 	})
 }
@@ -397,17 +398,15 @@ func TestRule7OutcomesInCallOrder(t *testing.T) {
 		p := e.probe
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"read": {Safe: safe}}))
 		p.gate("c1", "c2", "c3")
-		done := runAsync(context.Background(), s, calls("c1:read", "c2:read", "c3:read"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("c1:read", "c2:read", "c3:read"), sched.Options{})
 		for _, id := range []string{"c3", "c2", "c1"} {
 			p.waitStarted(t, id)
 		}
 		for _, id := range []string{"c3", "c2", "c1"} {
 			p.open(id)
-			for p.index("end "+id) < 0 {
-				time.Sleep(time.Millisecond)
-			}
+			p.waitLogged(t, "end "+id)
 		}
-		res := <-done
+		res := done.wait(t)
 		var ids []string
 		for _, o := range res.Outcomes {
 			ids = append(ids, o.CallID+"="+o.Output)
@@ -456,7 +455,7 @@ func TestRule8FailRunAndCancelSettle(t *testing.T) {
 				p.gate("b", "i", "p", "k1")
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				done := runAsync(ctx, s, calls(`b:bad:{"fail":true}`, "i:idem", "p:plain", "k1:keyed", "k2:keyed"), sched.Options{})
+				done := runAsync(t, ctx, s, calls(`b:bad:{"fail":true}`, "i:idem", "p:plain", "k1:keyed", "k2:keyed"), sched.Options{})
 				for _, id := range []string{"b", "i", "p", "k1"} {
 					p.waitStarted(t, id)
 				}
@@ -465,7 +464,7 @@ func TestRule8FailRunAndCancelSettle(t *testing.T) {
 				} else {
 					cancel()
 				}
-				res := <-done
+				res := done.wait(t)
 				want := map[string]sched.Status{"i": sched.SafeToRetry, "p": sched.Indeterminate, "k1": sched.Indeterminate, "k2": sched.NeverDispatched}
 				if how == "fail_run" {
 					want["b"] = sched.Failed
@@ -533,21 +532,35 @@ func TestRule10InterruptAndResume(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		p.gate("a")
+		aStarted := p.started["a"]
 		asker := func(ctx context.Context, inv sched.Invocation) (string, error) {
 			if a, ok := sched.Answer(ctx); ok {
 				return "answered " + a, nil
 			}
-			p.waitStarted(t, "a") // a is running when q asks
+			select { // a is running when q asks
+			case <-aStarted:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
 			return "", sched.Interrupt("which draft?")
 		}
 		r := parallel()
 		r.MaxConcurrentTools = 2
-		s := e.scheduler(config(p, r, map[string]sched.Tool{"read": {Safe: safe}, "ask": {Safe: safe, Run: asker}, "write": {}}))
-		done := runAsync(context.Background(), s, calls("a:read", "q:ask", "b:read", "w:write"), sched.Options{RunID: "run-10"})
+		// q holds a lane so that the test sees when its interrupt took
+		// effect: the scheduler halts the batch before q's lanes go back.
+		s := e.scheduler(config(p, r, map[string]sched.Tool{"read": {Safe: safe}, "ask": {Safe: safe, Run: asker, Concurrency: sched.Concurrency{Key: "ask", Limit: 1}}, "write": {}}))
+		interrupted := make(chan struct{})
+		onEvent := func(ev sched.Event) {
+			if ev.CallID == "q" && ev.Kind == sched.EventFinished && ev.Status == sched.Interrupted {
+				close(interrupted)
+			}
+		}
+		done := runAsync(t, context.Background(), s, calls("a:read", "q:ask", "b:read", "w:write"), sched.Options{RunID: "run-10", OnEvent: onEvent})
 		p.waitStarted(t, "a")
-		time.Sleep(50 * time.Millisecond) // q interrupts meanwhile; a must still finish
+		recv(t, interrupted, "q's interrupt")
+		e.waitFree("concurrency:ask") // the batch is halted: a must still finish
 		p.open("a")
-		res := <-done
+		res := done.wait(t)
 		if res.Checkpoint == nil {
 			t.Fatal("no checkpoint after an interrupt")
 		}
@@ -558,9 +571,7 @@ func TestRule10InterruptAndResume(t *testing.T) {
 		if p.index("start b") >= 0 || p.index("start w") >= 0 {
 			t.Fatalf("a call started after the interrupt: %v", p.snapshot())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		res, err := s.Resume(ctx, res.Checkpoint, "02", sched.Options{})
+		res, err := s.Resume(testCtx(t), res.Checkpoint, "02", sched.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,14 +22,14 @@ func TestFourLookupsAtOnce(t *testing.T) {
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"lookup": {ReadOnlyHint: true}}))
 		ids := []string{"l1", "l2", "l3", "l4"}
 		p.gate(ids...)
-		done := runAsync(context.Background(), s, calls("l1:lookup", "l2:lookup", "l3:lookup", "l4:lookup"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("l1:lookup", "l2:lookup", "l3:lookup", "l4:lookup"), sched.Options{})
 		for _, id := range ids {
 			p.waitStarted(t, id)
 		}
 		for _, id := range ids {
 			p.open(id)
 		}
-		wantStatus(t, <-done, map[string]sched.Status{"l1": sched.OK, "l2": sched.OK, "l3": sched.OK, "l4": sched.OK})
+		wantStatus(t, done.wait(t), map[string]sched.Status{"l1": sched.OK, "l2": sched.OK, "l3": sched.OK, "l4": sched.OK})
 	})
 }
 
@@ -39,7 +39,7 @@ func TestFourLookupsTwoAtATime(t *testing.T) {
 		p := e.probe
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"lookup": {ReadOnlyHint: true, Concurrency: sched.Concurrency{Limit: 2}}}))
 		p.gate("l1", "l2", "l3", "l4")
-		done := runAsync(context.Background(), s, calls("l1:lookup", "l2:lookup", "l3:lookup", "l4:lookup"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("l1:lookup", "l2:lookup", "l3:lookup", "l4:lookup"), sched.Options{})
 		p.waitStarted(t, "l1")
 		p.waitStarted(t, "l2")
 		if _, waiters := e.inspect("concurrency:lookup"); !slices.Equal(waiters, []string{"l3", "l4"}) {
@@ -51,7 +51,7 @@ func TestFourLookupsTwoAtATime(t *testing.T) {
 		p.waitStarted(t, "l4")
 		p.open("l3")
 		p.open("l4")
-		<-done
+		done.wait(t)
 		p.mu.Lock()
 		most := p.most
 		p.mu.Unlock()
@@ -92,12 +92,12 @@ func TestDifferentKeysInParallel(t *testing.T) {
 			"draft":  {Safe: safe, Concurrency: sched.Concurrency{Key: "rfd", Limit: 1}},
 		}))
 		p.gate("g", "d")
-		done := runAsync(context.Background(), s, calls("g:issues", "d:draft"), sched.Options{})
+		done := runAsync(t, context.Background(), s, calls("g:issues", "d:draft"), sched.Options{})
 		p.waitStarted(t, "g")
 		p.waitStarted(t, "d")
 		p.open("g")
 		p.open("d")
-		<-done
+		done.wait(t)
 	})
 }
 
@@ -140,7 +140,7 @@ func TestRestartKeepsWrittenOrder(t *testing.T) {
 		k := sched.Concurrency{Key: "rfd", Limit: 1}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"rfd_renumber": {Safe: safe, Concurrency: k}}))
 		lane := []lanes.Lane{{Key: "concurrency:rfd", Limit: 1}}
-		ctx := context.Background()
+		ctx := testCtx(t)
 		other, err := lanes.NewSession(ctx, e.backend)
 		if err != nil {
 			t.Fatal(err)
@@ -160,7 +160,7 @@ func TestRestartKeepsWrittenOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		done := runAsync(ctx, s, calls("r1:rfd_renumber", "r2:rfd_renumber", "r3:rfd_renumber"), sched.Options{RunID: "run-1"})
+		done := runAsync(t, ctx, s, calls("r1:rfd_renumber", "r2:rfd_renumber", "r3:rfd_renumber"), sched.Options{RunID: "run-1"})
 		// The restarted batch holds the crashed runner's places.
 		for deadline := time.Now().Add(10 * time.Second); ; {
 			snap, err := e.backend.Inspect(ctx, []string{"concurrency:rfd"})
@@ -175,7 +175,7 @@ func TestRestartKeepsWrittenOrder(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		wantStatus(t, <-done, map[string]sched.Status{"r1": sched.OK, "r2": sched.OK, "r3": sched.OK})
+		wantStatus(t, done.wait(t), map[string]sched.Status{"r1": sched.OK, "r2": sched.OK, "r3": sched.OK})
 		l, err := late[0].Wait(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -65,7 +65,7 @@ func TestSpansAndMetricsOfOneBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sc.Run(context.Background(), calls("a:read", "b:read"), sched.Options{RunID: "run-otel", Tenant: "acme"})
+	res, err := sc.Run(testCtx(t), calls("a:read", "b:read"), sched.Options{RunID: "run-otel", Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}

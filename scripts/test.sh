@@ -7,7 +7,13 @@ set -uo pipefail
 mkdir -p .cache
 log=.cache/test.log
 redis=${LANES_REDIS_URL:-${REDIS_URL:-redis://127.0.0.1:6379}}
+redis=$(printf '%s' "$redis" | sed -E 's#(://[^:/@]*:)[^@/]*@#\1xxxxx@#')
 echo "go test -race ./... (real Redis: $redis; full log: $log)"
+if [ -n "${LANES_REQUIRE_REDIS:-}" ] && [ "${LANES_REQUIRE_REDIS}" != 0 ]; then
+  echo "LANES_REQUIRE_REDIS=$LANES_REQUIRE_REDIS: a test that cannot reach Redis or find redis-server fails instead of skipping"
+else
+  echo "LANES_REQUIRE_REDIS not set: a test that cannot reach Redis or find redis-server skips (CI sets it: .ci/run)"
+fi
 go test -race -count=1 -v ./... >"$log" 2>&1
 status=$?
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -229,8 +231,11 @@ func TestComposeReplicasRun(t *testing.T) {
 	if err := os.Symlink(lanectlBin, filepath.Join(bin, "lanectl")); err != nil {
 		t.Fatal(err)
 	}
+	// Every script is killed, at the latest, when the test's time is up.
+	shCtx, shCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer shCancel()
 	sh := func(script string, env ...string) *exec.Cmd {
-		c := exec.Command("/bin/sh", "-c", script)
+		c := exec.CommandContext(shCtx, "/bin/sh", "-c", script)
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "LANES_") && !strings.HasPrefix(kv, "PATH=") {
 				c.Env = append(c.Env, kv)

@@ -163,7 +163,7 @@ func TestLockLeaseLost(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		marker, ready := filepath.Join(dir, "marker"), filepath.Join(dir, "ready")
-		p := startBin(t, s.args("lock", "--ttl", "900ms", "k", "--", "sh", "-c", trapScript, "sh", marker, "0", ready)...)
+		p := startBin(t, s.args("lock", "--ttl", "3s", "k", "--", "sh", "-c", trapScript, "sh", marker, "0", ready)...) // lost by force, not by a starved heartbeat
 		eventually(t, "the command runs", func() bool { return fileExists(ready) })
 		snap := s.inspect(t)
 		if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
@@ -255,7 +255,7 @@ func TestLockWaiterReleasedByForce(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		s.hold(t, "k")
 		ran := filepath.Join(t.TempDir(), "ran")
-		p := startBin(t, s.args("lock", "--ttl", "900ms", "k", "--", "touch", ran)...)
+		p := startBin(t, s.args("lock", "--ttl", "3s", "k", "--", "touch", ran)...) // evicted by force, not by a starved heartbeat
 		var entry string
 		eventually(t, "lanectl waits for k", func() bool {
 			snap := s.inspect(t)

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/redislane"
 )
@@ -83,7 +84,8 @@ func realRedisURL() string {
 }
 
 // newRealRedis returns the real Redis server, or skips t with a visible
-// message when none answers PING within a second.
+// message when none answers PING within a second (fails t under
+// LANES_REQUIRE_REDIS=1).
 func newRealRedis(t *testing.T) *server {
 	t.Helper()
 	u := realRedisURL()
@@ -96,7 +98,7 @@ func newRealRedis(t *testing.T) *server {
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL to run the real-Redis tests", redactURL(u), err)
+		redistest.Unavailable(t, "no real Redis at %s (%v); set LANES_REDIS_URL to run the real-Redis tests", redactURL(u), err)
 	}
 	c.Close()
 	return newServer(t, "redis", u)

@@ -36,7 +36,11 @@ func startInProcess(t *testing.T, args ...string) *inProcess {
 	go func() { p.done <- run(ctx, nil, args, strings.NewReader(""), p.stdout, p.stderr, noEnv) }()
 	t.Cleanup(func() {
 		cancel()
-		<-p.done
+		select {
+		case <-p.done:
+		case <-time.After(waitFor):
+			t.Errorf("lanectl %q did not stop within %v of its context's end", args, waitFor)
+		}
 	})
 	return p
 }

@@ -16,7 +16,7 @@ import (
 
 // Violation is one broken invariant found in a history.
 type Violation struct {
-	Checker string // mutex, semaphore, fencing, fifo, liveness, resource, probe, errors, leak
+	Checker string // mutex, semaphore, fencing, fifo, liveness, resource, probe, errors, progress, leak
 	Msg     string
 }
 
@@ -40,6 +40,11 @@ type Options struct {
 	// VisualizeDir, when set, receives a porcupine visualization (HTML) of
 	// every key whose history is not linearizable.
 	VisualizeDir string
+	// MinGrants is the least number of grants the whole history must
+	// have, and MinGrantsPerProc the least each process that exited
+	// cleanly must have: a fleet that granted nothing passes every other
+	// checker. Zero checks nothing.
+	MinGrants, MinGrantsPerProc int
 }
 
 // Check runs every history checker: Lanes (limit and fencing, porcupine),
@@ -52,6 +57,40 @@ func Check(h *History, o Options) []Violation {
 	out = append(out, CheckResources(h, o.Final)...)
 	out = append(out, CheckProbes(h)...)
 	out = append(out, CheckErrors(h, o.Forbidden...)...)
+	out = append(out, CheckProgress(h, o.MinGrants, o.MinGrantsPerProc)...)
+	return out
+}
+
+// CheckProgress checks that the history made progress: at least minTotal
+// grants in all, and at least minPerProc in every process that exited
+// cleanly (a process killed, or that crashed, is not held to it).
+func CheckProgress(h *History, minTotal, minPerProc int) []Violation {
+	var out []Violation
+	total := 0
+	per := map[string]int{}
+	for _, a := range h.Attempts {
+		if a.Outcome == Granted {
+			total++
+			per[a.Proc]++
+		}
+	}
+	if total < minTotal {
+		out = append(out, Violation{"progress", fmt.Sprintf("%d grants in %d requests; want at least %d", total, len(h.Attempts), minTotal)})
+	}
+	if minPerProc > 0 {
+		procs := make([]string, 0, len(h.Procs))
+		for p, end := range h.Procs {
+			if end == "exit" && p != "harness" {
+				procs = append(procs, p)
+			}
+		}
+		sort.Strings(procs)
+		for _, p := range procs {
+			if per[p] < minPerProc {
+				out = append(out, Violation{"progress", fmt.Sprintf("process %s exited cleanly after %d grants; want at least %d", p, per[p], minPerProc)})
+			}
+		}
+	}
 	return out
 }
 

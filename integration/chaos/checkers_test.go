@@ -326,3 +326,20 @@ func TestRecorderAndReadHistory(t *testing.T) {
 func unix(n int64) time.Time { return time.Unix(0, n) }
 
 func errorsJoin(errs ...error) error { return errors.Join(errs...) }
+
+// A fleet that made no progress passes every other checker; the progress
+// checker catches it, overall and per process that exited cleanly.
+func TestCheckersCatchNoProgress(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.add(0, Event{Proc: "c", Op: OpStart, Phase: Ok})
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 1, 20)
+	s.add(50, Event{Proc: "harness", Op: OpKill, Phase: Ok, ID: "c"}) // killed: not held to a minimum
+	h := s.history()
+	if vs := Check(h, Options{MinGrants: 1, MinGrantsPerProc: 0}); len(vs) != 0 {
+		t.Fatalf("violations with one grant wanted: %v", vs)
+	}
+	wantOnly(t, Check(h, Options{MinGrants: 2}), "progress", "1 grants in 1 requests; want at least 2")
+	wantOnly(t, Check(h, Options{MinGrantsPerProc: 1}), "progress", "process b exited cleanly after 0 grants")
+}

@@ -15,15 +15,18 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/internal/redistest"
 )
 
 // RequireRedisServer skips tb, with a message that says so, when no
-// redis-server binary is on PATH, and returns its path otherwise.
+// redis-server binary is on PATH (fails it under LANES_REQUIRE_REDIS=1),
+// and returns its path otherwise.
 func RequireRedisServer(tb testing.TB) string {
 	tb.Helper()
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Skipf("SKIP: redis-server not on PATH (%v); the chaos scenarios start their own server (apt-get install redis-server)", err)
+		redistest.Unavailable(tb, "redis-server not on PATH (%v); the chaos scenarios start their own server (apt-get install redis-server)", err)
 	}
 	return p
 }

@@ -71,7 +71,7 @@ type WorkerConfig struct {
 	Ops          int           // requests per client (at most, with For)
 	For          time.Duration // when set, each client goes on until this long after the start
 	Lanes        []LaneSpec    // the keys of each namespace
-	Multi        float64       // probability that a request names two keys
+	Multi        float64       // probability that a request names two keys; 1: every one does
 	TTL          time.Duration // lease TTL
 	Hold         time.Duration // longest pause inside the critical section
 	HoldMin      time.Duration // shortest pause inside the critical section
@@ -103,7 +103,7 @@ func (c *WorkerConfig) Flags(fs *flag.FlagSet) func() error {
 	fs.IntVar(&c.Ops, "ops", 10, "requests per goroutine (at most, with -for)")
 	fs.DurationVar(&c.For, "for", 0, "go on until this long after the start")
 	lanesFlag := fs.String("lanes", "m0:1", "keys and limits, key:limit,...")
-	fs.Float64Var(&c.Multi, "multi", 0, "probability of a two-key request")
+	fs.Float64Var(&c.Multi, "multi", 0, "probability of a two-key request (1: every request names two keys)")
 	fs.DurationVar(&c.TTL, "ttl", time.Second, "lease TTL")
 	fs.DurationVar(&c.Hold, "hold", 5*time.Millisecond, "longest pause in the critical section")
 	fs.DurationVar(&c.HoldMin, "hold-min", 0, "shortest pause in the critical section")
@@ -287,10 +287,14 @@ func (w *worker) client1(c int) {
 	for i := 0; i < cfg.Ops && (cfg.For == 0 || time.Since(began) < cfg.For); i++ {
 		ns := cfg.Namespaces[rng.IntN(len(cfg.Namespaces))]
 		p := w.ns[ns]
-		l1 := cfg.Lanes[rng.IntN(len(cfg.Lanes))]
+		i1 := rng.IntN(len(cfg.Lanes))
+		l1 := cfg.Lanes[i1]
 		req := lanes.Request{ID: fmt.Sprintf("%s-c%d-%d", cfg.Proc, c, i), Lanes: []lanes.Lane{{Key: l1.Key, Limit: l1.Limit}}}
 		if len(cfg.Lanes) > 1 && rng.Float64() < cfg.Multi {
 			l2 := cfg.Lanes[rng.IntN(len(cfg.Lanes))]
+			if l2.Key == l1.Key && cfg.Multi >= 1 { // -multi 1: always two keys
+				l2 = cfg.Lanes[(i1+1)%len(cfg.Lanes)]
+			}
 			if l2.Key != l1.Key {
 				req.Lanes = append(req.Lanes, lanes.Lane{Key: l2.Key, Limit: l2.Limit})
 			}

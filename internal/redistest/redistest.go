@@ -2,12 +2,19 @@
 // LANES_REDIS_URL, else REDIS_URL, else redis://127.0.0.1:6379. When none
 // answers, a test that asks for it skips with a message that says so; the
 // server is probed once per test binary, so a run without Redis stays fast.
+//
+// With LANES_REQUIRE_REDIS=1 (CI sets it: .ci/run) a missing server is a
+// failure instead: a test that would skip for want of Redis, or of the
+// redis-server binary, fails with the same message, so a CI run cannot go
+// green by skipping the real-Redis tests.
 package redistest
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -51,20 +58,53 @@ func Reachable() error {
 	return probeErr
 }
 
-// Client returns a client of the real Redis server, closed when t ends, or
-// skips t with a visible message when the server does not answer.
+// RequireEnv names the variable that turns a missing Redis from a skip into
+// a failure.
+const RequireEnv = "LANES_REQUIRE_REDIS"
+
+// Required reports whether LANES_REQUIRE_REDIS is set to anything but ""
+// or "0": then a test that cannot get its Redis (a server that does not
+// answer, no redis-server binary) fails instead of skipping.
+func Required() bool {
+	v := os.Getenv(RequireEnv)
+	return v != "" && v != "0"
+}
+
+// Unavailable ends tb because what it needs from Redis is missing: a skip
+// with the message (prefixed "SKIP: ", which `make test` lists), or, when
+// Required, a failure with the same message.
+func Unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if Required() {
+		tb.Fatalf("%s=%s: a test needs Redis and cannot get it: %s", RequireEnv, os.Getenv(RequireEnv), msg)
+	}
+	tb.Skip("SKIP: " + msg)
+}
+
+// Client returns a client of the real Redis server, closed when t ends.
+// When the server does not answer it skips t with a visible message, or
+// fails t when Required.
 func Client(t testing.TB) *redis.Client {
 	t.Helper()
 	if err := Reachable(); err != nil {
-		t.Skipf("SKIP: no real Redis at %s (%v); set LANES_REDIS_URL to run the real-Redis tests", URL(), err)
+		Unavailable(t, "no real Redis at %s (%v); set LANES_REDIS_URL to run the real-Redis tests", redacted(URL()), err)
 	}
 	opt, err := redis.ParseURL(URL())
 	if err != nil {
-		t.Fatalf("LANES_REDIS_URL %q: %v", URL(), err)
+		t.Fatalf("LANES_REDIS_URL %q: %v", redacted(URL()), err)
 	}
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// redacted is u with its password, if any, replaced by "xxxxx".
+func redacted(u string) string {
+	if p, err := url.Parse(u); err == nil {
+		return p.Redacted()
+	}
+	return u
 }
 
 // Namespace returns a namespace no other test uses: prefix and random hex.

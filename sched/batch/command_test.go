@@ -147,8 +147,13 @@ func runUntilReady(t *testing.T, body sched.Body, ready string) (int, string, er
 		return err == nil && pid > 0
 	})
 	cancel()
-	r := <-done
-	return pid, r.out, r.err
+	select {
+	case r := <-done:
+		return pid, r.out, r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the body did not return within 30s of its context's cancel")
+		return 0, "", nil
+	}
 }
 
 // gone reports whether process pid has ended: it does not exist, or it is

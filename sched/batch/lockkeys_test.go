@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/sched"
@@ -98,7 +99,9 @@ func TestLockKeysErrorFailsOnlyThatCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Run(context.Background(), []sched.Call{
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the bodies end with it, so Wait returns
+	defer cancel()
+	res, err := s.Run(ctx, []sched.Call{
 		{ID: "c1", Tool: "w", Args: json.RawMessage(`{"title": "x"}`)},
 		{ID: "c2", Tool: "w", Args: json.RawMessage(`{"id": 42}`)},
 	}, sched.Options{})
