@@ -541,20 +541,32 @@ func (m *Memory) enqueueAt(key string, e *memEntry) {
 	m.queues[key] = slices.Insert(q, at, e)
 }
 
-// scan grants, on each touched key, the queued entries that became eligible,
-// and forgets the limit of keys left with neither holders nor waiters.
+// scan grants the waiters that became eligible on the touched keys, in
+// arrival order across all of them (DESIGN.md invariant 2), and forgets
+// the limit of keys left with neither holders nor waiters, as scan in
+// lib.lua does: only the first (limit - holders) waiters of a key can be
+// eligible on it, and a grant frees nothing.
 func (st *step) scan(touched map[string]bool) {
 	m := st.m
-	for _, k := range slices.Sorted(maps.Keys(touched)) { // a fixed order, as the Lua scripts use
+	var cands []*memEntry
+	seen := map[*memEntry]bool{}
+	for k := range touched {
 		room := m.limits[k] - len(m.holders[k])
-		// The first `room` waiters satisfy this key's bound whatever happens
-		// to the others: a grant moves one entry from "ahead" to "holding".
 		q := m.queues[k]
-		for _, e := range slices.Clone(q[:min(max(room, 0), len(q))]) {
-			if m.eligible(e) {
-				st.grant(e, true)
+		for _, e := range q[:min(max(room, 0), len(q))] {
+			if !seen[e] {
+				seen[e] = true
+				cands = append(cands, e)
 			}
 		}
+	}
+	slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(a.seq, b.seq) })
+	for _, e := range cands {
+		if !e.held && m.eligible(e) {
+			st.grant(e, true)
+		}
+	}
+	for k := range touched {
 		if len(m.holders[k]) == 0 && len(m.queues[k]) == 0 {
 			delete(m.limits, k)
 			delete(m.holders, k)

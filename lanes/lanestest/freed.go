@@ -242,14 +242,6 @@ func testClosedSessionHandsOffInQueueOrder(t *testing.T, inst Instance) {
 	release(t, l4)
 }
 
-// knownCrossKeyBug, while not empty, records that the backends still fail
-// testFreedAcrossKeysInQueueOrder: they grant key by key (keys sorted by
-// name), so a waiter on keys a and b is granted while key a is scanned,
-// before an earlier waiter that needs only b, and takes the smaller token
-// of b. The test then reports its finding as a skip (make test lists it),
-// and fails once the finding is gone, so that the fix removes this mark.
-const knownCrossKeyBug = "backends grant key by key, not in queue order across keys (issue 18; fixed by the script rewrite)"
-
 // The last holders of two keys leave in one step, and four waiters with
 // different key sets queue behind them: w1 {b}, w2 {a, b}, w3 {a}, w4 {b}
 // (limits 2). w1, w2 and w3 become eligible at once and must be granted in
@@ -284,13 +276,7 @@ func testFreedAcrossKeysInQueueOrder(t *testing.T, inst Instance) {
 	}
 	waiters.release("w2", "w3", "w4")
 
-	switch {
-	case len(bad) > 0 && knownCrossKeyBug != "":
-		t.Logf("waiters freed together across keys: %s", strings.Join(bad, "; "))
-		t.Skipf("SKIP: known bug, %s", knownCrossKeyBug)
-	case len(bad) > 0:
+	if len(bad) > 0 {
 		t.Errorf("waiters freed together across keys:\n%s", strings.Join(bad, "\n"))
-	case knownCrossKeyBug != "":
-		t.Errorf("grants across keys now follow queue order: clear knownCrossKeyBug in lanes/lanestest/freed.go")
 	}
 }

@@ -385,59 +385,79 @@ local function eligible(e)
   return true
 end
 
--- scan grants, on each touched key, the waiters that became eligible, in
--- queue order, and forgets the limit of keys left with neither holders nor
--- waiters. Only the first (limit - holders) live waiters of a key can be
--- eligible on it, and a grant frees nothing, so one pass per key is
--- enough. A waiter found expired on the way is removed (its keys join the
--- scan). Nothing is granted while the namespace is frozen.
+-- scan grants the waiters that became eligible on the touched keys, in
+-- arrival order across all of them (DESIGN.md invariant 2: on every key,
+-- an earlier waiter is granted, and gets its token, before a later one),
+-- and forgets the limit of keys left with neither holders nor waiters.
+-- Only the first (limit - holders) live waiters of a key can be eligible
+-- on it, and a grant frees nothing, so it gathers those of each key, sorts
+-- them by sequence number, and grants each that is eligible then. A waiter
+-- found expired on the way is removed (its keys join the scan). Nothing is
+-- granted while the namespace is frozen.
 local function scan(touched)
   local done, budget = {}, SCAN_MAX * 4
+  local cands, seen, keyed = {}, {}, {}
   while budget > 0 do
     local keys = {}
     for key in pairs(touched) do
       if not done[key] then keys[#keys + 1] = key end
     end
-    if #keys == 0 then return end
+    if #keys == 0 then break end
     table.sort(keys)
     for _, key in ipairs(keys) do
       done[key] = true
       local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
       local room = touched[key] - held
       local looked, from = 0, lo(key)
-      local rest -- waiters remain: true, false, or nil (not known)
+      local k = {held = held} -- live: a live waiter seen; empty: the queue seen empty
+      keyed[key] = k
       while room > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
         local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room)
         if #members == 0 then
-          if rest == nil then rest = false end
+          k.empty = true
           break
         end
         for _, m in ipairs(members) do
           looked, budget = looked + 1, budget - 1
           from = '(' .. m
-          local e = load(string.sub(m, #key + 19))
-          if not e then
-            redis.call('ZREM', K_QUEUE, m) -- a leftover without a record
-          elseif not alive(e.id) then
-            expire(e, touched)
-            for _, kl in ipairs(e.k) do -- its other keys may have room now
-              if kl[1] ~= key then done[kl[1]] = nil end
+          local seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
+          if alive(id) then
+            room = room - 1
+            k.live = true
+            if not seen[id] then
+              seen[id] = true
+              cands[#cands + 1] = {tonumber(seq), id}
             end
           else
-            room = room - 1
-            if eligible(e) then
-              grant(e, true, redis.call('ZSCORE', K_WAITING, e.id), true)
-              held = held + 1
+            local e = load(id)
+            if e then
+              expire(e, touched)
+              for _, kl in ipairs(e.k) do -- its other keys may have room now
+                if kl[1] ~= key then done[kl[1]] = nil end
+              end
             else
-              rest = true
+              redis.call('ZREM', K_QUEUE, m) -- a leftover without a record
             end
           end
         end
       end
-      -- A key with neither holders nor waiters forgets its limit.
-      if held == 0 then
-        if rest == nil then rest = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) > 0 end
-        if not rest then redis.call('HDEL', K_LIMITS, key) end
+    end
+  end
+  table.sort(cands, function(a, b) return a[1] < b[1] end)
+  for _, c in ipairs(cands) do
+    local e = load(c[2])
+    if e and e.s == 'w' and eligible(e) then
+      grant(e, true, redis.call('ZSCORE', K_WAITING, e.id), true)
+    end
+  end
+  -- A key with neither holders nor waiters forgets its limit: one whose
+  -- queue was seen empty and that had no holder (nothing was granted on
+  -- it then), or, not looked at, one that counts none.
+  for key, k in pairs(keyed) do
+    if k.held == 0 and not k.live then
+      if k.empty or (redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
+          and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0) then
+        redis.call('HDEL', K_LIMITS, key)
       end
     end
   end
