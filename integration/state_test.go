@@ -272,3 +272,120 @@ end`, nil).Err()
 	}
 	_ = lw.Release(context.Background())
 }
+
+// Private redis-server (issue 19): an Acquire with no id whose enqueue
+// replies are lost (the client's read timeout is 5ms; the server is paused
+// 20ms by CLIENT PAUSE) ran in Redis all the same. The Session settles what
+// it sent, so the next acquirer is granted at once, not after the lost
+// entry's TTL (here a minute).
+func TestLostEnqueueReplySettledRealRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	impatient := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 5 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { impatient.Close() })
+	b, err := redislane.New(impatient, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := newSession(t, b, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	// The pause outlasts the Acquire: its enqueue runs once the pause ends,
+	// after the Acquire gave up and settled what it sent.
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 400, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := s.Acquire(bounded(t, 250*time.Millisecond), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}}); err == nil {
+		_ = l.Release(context.Background())
+		t.Fatal("Acquire() during a 400ms pause with a 250ms wait succeeded; the test did not lose the reply")
+	}
+	b2, err := redislane.New(admin, "lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b2.Close() })
+	l, err := newSession(t, b2).Acquire(bounded(t, 10*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatalf("Acquire(K) after a lost enqueue = %v; want granted: the lost entry settled, not left to its TTL of a minute", err)
+	}
+	_ = l.Release(context.Background())
+}
+
+// Private redis-server (issue 19): a release whose reply times out, resent
+// by go-redis, finds its entry gone: that is success, the release ran.
+func TestResentReleaseIsSuccessRealRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ReadTimeout: 10 * time.Millisecond, MaxRetries: 3})
+	t.Cleanup(func() { c.Close() })
+	b, err := redislane.New(c, "resent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := newSession(t, b, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	calls := func() int {
+		v, _ := chaos.InfoField(context.Background(), admin, "commandstats", "cmdstat_evalsha")
+		var n int
+		fmt.Sscanf(v, "calls=%d", &n)
+		return n
+	}
+	before := calls()
+	for i := range 10 {
+		l, err := s.Acquire(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The server sleeps 30ms in the release: the first reply comes after
+		// the read timeout, the resend finds the entry gone.
+		if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 30, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(context.Background()); err != nil {
+			t.Fatalf("try %d: Release() whose reply was lost and resent = %v; want nil", i, err)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	if n := calls() - before; n <= 20 {
+		t.Fatalf("%d EVALSHA for 10 acquires and 10 releases: no release was resent, the test proves nothing", n)
+	}
+}
+
+// Real Redis (issue 19): a process holding "small" is killed while 20,000
+// of its entries wait on "big"; a fresh process asks for "small" once the
+// holder's TTL passed and is granted at once, whatever the backlog of dead
+// waiters (holders are reaped first).
+func TestDeadHolderBehindBigBacklogRealRedis(t *testing.T) {
+	_, b, _ := namespace(t)
+	ctx := context.Background()
+	dead := lanes.Owner{ID: "dead-process", Host: "gone", PID: 1}
+	const ttl = 2 * time.Second
+	if _, err := b.Enqueue(ctx, dead, ttl, []lanes.Request{{ID: "holder", Lanes: []lanes.Lane{{Key: "small", Limit: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Enqueue(ctx, dead, ttl, []lanes.Request{{ID: "big-holder", Lanes: []lanes.Lane{{Key: "big", Limit: 1}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20000; i += 250 {
+		var reqs []lanes.Request
+		for j := i; j < i+250; j++ {
+			reqs = append(reqs, lanes.Request{ID: fmt.Sprintf("w%05d", j), Lanes: []lanes.Lane{{Key: "big", Limit: 1}}})
+		}
+		if _, err := b.Enqueue(ctx, dead, ttl, reqs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(ttl + 100*time.Millisecond) // every entry of the dead process expired
+	s := newSession(t, b, lanes.WithTTL(2*time.Second))
+	start := time.Now()
+	l, err := s.Acquire(bounded(t, 5*time.Second), lanes.Request{Lanes: []lanes.Lane{{Key: "small", Limit: 1}}})
+	if err != nil {
+		t.Fatalf("Acquire(small) behind 20,000 dead waiters = %v", err)
+	}
+	t.Logf("granted %v after asking", time.Since(start).Round(time.Millisecond))
+	_ = l.Release(ctx)
+	n, err := b.Reap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Reap removed %d dead entries left", n)
+}
