@@ -147,6 +147,9 @@ func (m *Memory) Enqueue(ctx context.Context, owner Owner, ttl time.Duration, re
 	if err := ValidateEnqueue(owner, ttl, reqs); err != nil {
 		return nil, err
 	}
+	if len(reqs) == 0 {
+		return nil, nil // as the Redis backend: an empty step is no step
+	}
 	m.mu.Lock()
 	st := m.begin()
 	out, err := st.enqueue(owner, ttl.Truncate(time.Millisecond), reqs)
@@ -297,6 +300,12 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 	if err := ValidateTTL(ttl.Truncate(time.Millisecond)); err != nil {
 		return nil, err
 	}
+	if err := validateID("owner", "owner id", owner); err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
 	m.mu.Lock()
 	st := m.begin()
 	out := make([]Status, len(ids))
@@ -339,7 +348,7 @@ func (m *Memory) Settle(ctx context.Context, owner string, lifetime time.Duratio
 	if owner == "" {
 		return Released{}, invalid("owner", "settle needs the owner's id")
 	}
-	if lifetime <= 0 || lifetime > MaxTTL {
+	if lifetime = lifetime.Truncate(time.Millisecond); lifetime < time.Millisecond || lifetime > MaxTTL {
 		return Released{}, invalid("tombstone", "lifetime %v must be from 1ms to %v", lifetime, MaxTTL)
 	}
 	return m.release(ctx, owner, lifetime, ids)
@@ -353,6 +362,14 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 	}
 	if err := ValidateIDs(ids); err != nil {
 		return Released{}, err
+	}
+	if by != "" {
+		if err := validateID("owner", "owner id", by); err != nil {
+			return Released{}, err
+		}
+	}
+	if len(ids) == 0 {
+		return Released{}, nil
 	}
 	m.mu.Lock()
 	st := m.begin()

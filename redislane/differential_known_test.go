@@ -1,12 +1,10 @@
 package redislane_test
 
 // The differences between the in-memory and the Redis backends that the
-// differential test found, each as the smallest step sequence that shows
-// it (the step form is described in differential_test.go). Each test
-// replays its sequence: while the known difference still shows, at the
-// step and with the signature expected, it skips with "KNOWN DIFFERENCE";
-// once the backends agree it passes; any other failure fails it.
-// LANES_DIFF_STRICT=1 makes the known differences fail instead of skip.
+// differential test found, each as the smallest step sequence that showed
+// it (the step form is described in differential_test.go), kept as
+// regression tests now that the backends agree: each replays its sequence
+// and fails if the backends disagree anywhere.
 //
 // Which backend is wrong is decided by the contract: DESIGN.md section 3,
 // the lanes.Backend docs and the headers of scripts/lua.
@@ -16,20 +14,12 @@ import (
 	"testing"
 )
 
-// knownDiff replays script in mode and skips while it fails at step with
-// signature sig.
+// knownDiff replays script in mode and fails if the backends disagree; step
+// and sig say where the difference showed before its fix.
 func knownDiff(t *testing.T, mode byte, step int, sig, why string, script ...string) {
 	t.Helper()
-	f := runDiffScript(t, mode, script...)
-	switch {
-	case f == nil:
-		t.Logf("the backends agree: the known difference is fixed (%s)", why)
-	case f.step != step || f.sig != sig:
-		t.Fatalf("not the known difference (step %d, %s) but: step %d, %s\n%s", step, sig, f.step, f.sig, f.msg)
-	case diffStrict():
-		t.Fatalf("KNOWN DIFFERENCE: %s\n%s", why, f.msg)
-	default:
-		t.Skipf("KNOWN DIFFERENCE: %s\n%s", why, f.msg)
+	if f := runDiffScript(t, mode, script...); f != nil {
+		t.Fatalf("the backends disagree again (it was step %d, %s: %s): step %d, %s\n%s", step, sig, why, f.step, f.sig, f.msg)
 	}
 }
 

@@ -89,6 +89,7 @@ end
 local _, err = check(true)
 if err then return err end
 note_ttl(ttl)
+reap() -- expired entries go before anything is decided (holders first)
 
 -- same reports whether the stored entry e was made by request r: the same
 -- lanes (keys and limits, in any order) and the same lineage.
@@ -127,6 +128,7 @@ for _, r in ipairs(reqs) do
         if v then rec = tonumber(v) else idle[key] = true end
       end
       if rec and rec ~= limit then
+        finish() -- what the reap above granted is still told
         return redis.error_reply(string.format('LANES_LIMIT %d %d %s', rec, limit, key))
       end
       batch[key] = limit
@@ -223,32 +225,24 @@ do
   local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
   if seq + #reqs > MAX_SEQ then
     if redis.call('ZCARD', K_QUEUE) > 1 then
+      finish()
       return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
     end
     redis.call('HSET', K_META, 'seq', 0)
   end
 end
 
-local reaped = false
 -- room reports whether every key of r's queued lanes has room for one more
--- entry behind all that hold or wait. Before saying no, it removes expired
--- entries once in the step (reap: holders first).
+-- entry behind all that hold or wait.
 local function room(queued)
-  for pass = 1, 2 do
-    local ok = true
-    for _, kl in ipairs(queued) do
-      local key, limit = kl[1], kl[2]
-      if not idle[key] and redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-        + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) >= limit then
-        ok = false
-        break
-      end
+  for _, kl in ipairs(queued) do
+    local key, limit = kl[1], kl[2]
+    if not idle[key] and redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
+      + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) >= limit then
+      return false
     end
-    if ok or reaped then return ok end
-    reaped = true
-    reap()
   end
-  return false
+  return true
 end
 
 local out = {}

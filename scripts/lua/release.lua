@@ -30,6 +30,7 @@ end
 
 local _, err = check(false)
 if err then return err end
+if EPOCH then reap() end -- an entry past its deadline is gone, not released
 local touched, was, ids = {}, {}, {}
 for i = 5, #ARGV do
   local id = ARGV[i]
