@@ -595,7 +595,7 @@ func TestACLRealRedis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, cmd := range [][]any{
-		{"HGETALL", "lanes:{" + ns + "}:meta"},
+		{"HVALS", "lanes:{" + ns + "}:meta"},
 		{"DEL", "lanes:{" + ns + "}:tokens"},
 		{"KEYS", "*"},
 		{"FLUSHALL"},

@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
 )
 
 // The exit statuses of lanectl: the one table. exitCode maps every error a
@@ -47,6 +48,11 @@ const (
 	// exitNoPerm (EX_NOPERM): Redis refused the credentials or the ACL user
 	// may not run a command lanes needs (WRONGPASS, NOAUTH, NOPERM).
 	exitNoPerm = 77
+	// exitConfig (EX_CONFIG): Redis is set up in a way lanes refuses: a
+	// maxmemory-policy that may evict its keys (redislane.ErrEvictable;
+	// --allow-eviction accepts it), or a namespace held by another version
+	// of lanes (redislane.ErrProtocol).
+	exitConfig = 78
 
 	// exitLeaseLost: the lease was lost while the command ran; the command
 	// was killed (lanes.ErrLeaseLost). Outside sysexits on purpose.
@@ -89,6 +95,8 @@ func exitCode(err error) int {
 		return exitUsage
 	case permissionDenied(err):
 		return exitNoPerm
+	case errors.Is(err, redislane.ErrEvictable), errors.Is(err, redislane.ErrProtocol):
+		return exitConfig
 	case errors.Is(err, lanes.ErrUnavailable):
 		return exitUnavailable
 	case errors.Is(err, lanes.ErrWaitTimeout):

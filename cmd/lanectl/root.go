@@ -21,9 +21,10 @@ const connectTimeout = 5 * time.Second
 
 // globalOptions are the flags every command shares.
 type globalOptions struct {
-	redisURL  string
-	namespace string
-	json      bool
+	redisURL      string
+	namespace     string
+	json          bool
+	allowEviction bool // --allow-eviction: redislane.WithEvictionAllowed
 
 	// urlFile names the file that holds the Redis URL (--redis-url-file or
 	// $LANES_REDIS_URL_FILE), read by open; urlFileFrom says which of the
@@ -106,10 +107,14 @@ func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error)
 		return nil, nil, err
 	}
 	if err := lanes.ValidateNamespace(g.namespace); err != nil {
-		return nil, nil, usageErrorf("bad --namespace %q: 1 to 128 bytes of printable UTF-8 without spaces or braces", g.namespace)
+		return nil, nil, usageErrorf("bad --namespace: %s", describe(err))
 	}
 	c := redis.NewClient(opt)
-	b, err := redislane.New(c, g.namespace)
+	var opts []redislane.Option
+	if g.allowEviction || g.getenv("LANES_ALLOW_EVICTION") == "1" {
+		opts = append(opts, redislane.WithEvictionAllowed())
+	}
+	b, err := redislane.New(c, g.namespace, opts...)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
@@ -213,6 +218,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 	pf.StringVar(&g.caFile, "redis-ca-file", "", `PEM file of the CA certificates a rediss:// server's certificate must chain to (default $LANES_REDIS_CA_FILE, else the system's)`)
 	pf.StringVar(&g.namespace, "namespace", "", `namespace of the lanes (default $LANES_NAMESPACE, else "default")`)
 	pf.BoolVar(&g.json, "json", false, "print JSON for scripts instead of tables")
+	pf.BoolVar(&g.allowEviction, "allow-eviction", false, "use a Redis whose maxmemory-policy may evict lanes' keys (allkeys-*): an evicted key resets the namespace")
 
 	root.AddCommand(
 		newDevServerCommand(&devServerOptions{}),
@@ -220,6 +226,8 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newStatusCommand(&statusOptions{global: g, open: g.open}),
 		newKeysCommand(&keysOptions{global: g, open: g.open}),
 		newReleaseCommand(&releaseOptions{global: g, open: g.open}),
+		newDoctorCommand(&doctorOptions{global: g, open: g.open}),
+		newGCCommand(&doctorOptions{global: g, open: g.open}),
 		newWatchCommand(&watchOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
 		newDemoCommand(&demoOptions{}),

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// doctorOptions are the flags of `lanectl doctor` and `lanectl gc`.
+type doctorOptions struct {
+	global *globalOptions
+	open   opener
+	repair bool
+}
+
+// doctor is the part of a backend that doctor and gc use: the Redis one.
+type doctor interface {
+	Doctor(ctx context.Context, repair bool) (*redislane.Report, error)
+	Reap(ctx context.Context) (int, error)
+}
+
+func (o *doctorOptions) backend(ctx context.Context) (doctor, func(), error) {
+	b, closeBackend, err := o.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, ok := b.(doctor)
+	if !ok {
+		closeBackend()
+		return nil, nil, fmt.Errorf("%T has no Redis state to check", b)
+	}
+	return d, closeBackend, nil
+}
+
+func newDoctorCommand(o *doctorOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "doctor [--repair] [--json]",
+		Short: "Check a namespace's Redis keys against each other, and repair them",
+		Long: `doctor reads the namespace's state one bounded page at a time and reports each
+inconsistency in one line: a state key missing while the others exist, keys
+left by an older lanes (protocol 1), an entry its holders, queues or
+deadlines do not list, a member of those that no entry accounts for, a
+limit recorded for a key nobody holds or awaits. It exits 0 when it found
+nothing, 1 when it found something (and, with --repair, repaired it).
+
+--repair fixes what it found: stray members are removed, the limits of idle
+keys forgotten, expired entries reaped, protocol 1's keys deleted once no
+entry of theirs is alive. A namespace missing some of its keys, or whose
+entries disagree with their index, is reset: every lease and waiter of the
+namespace ends (their processes are told), and nothing is granted until the
+latest lease that could still be held has run out.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return o.runDoctor(cmd) },
+	}
+	cmd.Flags().BoolVar(&o.repair, "repair", false, "fix what doctor finds (may reset the namespace: see above)")
+	return cmd
+}
+
+func newGCCommand(o *doctorOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "gc [--json]",
+		Short: "Remove every expired entry of the namespace now",
+		Long: `gc removes every entry whose lease or wait expired (its process died or
+stalled), in bounded steps, and grants what that frees. Every lanes step
+removes some expired entries anyway; gc clears a backlog at once, for
+instance after many processes died.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error { return o.runGC(cmd) },
+	}
+}
+
+func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	d, closeBackend, err := o.backend(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	r, err := d.Doctor(ctx, o.repair)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	if o.global.json {
+		if err := (jsonPrinter{cmd.OutOrStdout()}).write(r); err != nil {
+			return err
+		}
+	} else if err := writeReport(cmd.OutOrStdout(), r); err != nil {
+		return err
+	}
+	if !r.OK() {
+		return &exitError{code: exitNotFound}
+	}
+	return nil
+}
+
+// writeReport writes doctor's report for people.
+func writeReport(w io.Writer, r *redislane.Report) error {
+	epoch := r.Epoch
+	if epoch == "" {
+		epoch = "none (no state)"
+	}
+	fmt.Fprintf(w, "namespace %s, epoch %s\n", r.Namespace, epoch)
+	for _, k := range r.Missing {
+		fmt.Fprintf(w, "missing: %s (the next step resets the namespace)\n", cell(k))
+	}
+	for _, k := range r.Legacy {
+		fmt.Fprintf(w, "protocol 1 key: %s\n", cell(k))
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "problem: %s\n", cell(p))
+	}
+	for _, p := range r.Repairs {
+		fmt.Fprintf(w, "repaired: %s\n", cell(p))
+	}
+	if r.Reaped > 0 {
+		fmt.Fprintf(w, "reaped %d expired entries\n", r.Reaped)
+	}
+	if r.OK() {
+		_, err := fmt.Fprintln(w, "no problem found")
+		return err
+	}
+	return nil
+}
+
+func (o *doctorOptions) runGC(cmd *cobra.Command) error {
+	ctx := cmd.Context()
+	d, closeBackend, err := o.backend(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeBackend()
+	n, err := d.Reap(ctx)
+	if err != nil {
+		return o.global.unavailable(err)
+	}
+	if o.global.json {
+		return (jsonPrinter{cmd.OutOrStdout()}).write(map[string]any{"namespace": o.global.namespace, "reaped": n})
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed %d expired entries from namespace %s\n", n, o.global.namespace)
+	return err
+}

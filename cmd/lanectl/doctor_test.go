@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// doctor and gc on miniredis and real Redis: a sound namespace is reported
+// sound (exit 0); a stray holder member is reported (exit 1, one line per
+// problem) and, with --repair, removed; gc removes expired entries.
+func TestDoctorAndGC(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		populate(t, s)
+		code, out, stderr := runInProcess(t, s.args("doctor")...)
+		if code != exitOK || !strings.Contains(out, "no problem found") {
+			t.Fatalf("doctor of a sound namespace = %d, %q, %q; want 0 and no problem", code, out, stderr)
+		}
+		ctx := context.Background()
+		s.c.ZAdd(ctx, s.b.Keys()[2], redis.Z{Member: "k1\x00ghost"})
+		code, out, _ = runInProcess(t, s.args("doctor")...)
+		if code != exitNotFound || !strings.Contains(out, "problem: holds member \"k1|ghost\": no such entry") {
+			t.Fatalf("doctor with a stray member = %d, %q; want 1 and the problem", code, out)
+		}
+		code, out, _ = runInProcess(t, s.args("doctor", "--repair", "--json")...)
+		var r struct {
+			Problems, Repairs []string
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitNotFound || len(r.Repairs) != 1 {
+			t.Fatalf("doctor --repair --json = %d, %q (%v); want the repair", code, out, err)
+		}
+		if code, _, _ = runInProcess(t, s.args("doctor")...); code != exitOK {
+			t.Fatalf("doctor after the repair = %d; want 0", code)
+		}
+		// gc: a dead owner's entries expire; gc removes them at once.
+		dead := lanes.Owner{ID: "dead-owner", Host: "gone", PID: 1}
+		if _, err := s.b.Enqueue(ctx, dead, 50*time.Millisecond, []lanes.Request{{ID: "d1", Lanes: []lanes.Lane{{Key: "gc", Limit: 1}}}, {ID: "d2", Lanes: []lanes.Lane{{Key: "gc", Limit: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		code, out, stderr = runInProcess(t, s.args("gc", "--json")...)
+		if code != exitOK || !strings.Contains(out, `"reaped": 2`) {
+			t.Fatalf("gc = %d, %q, %q; want the two expired entries removed", code, out, stderr)
+		}
+	})
+}
+
+// A private redis-server whose maxmemory-policy may evict lanes' keys: lock
+// refuses it (exit 78, naming the policy and the flag), and runs with
+// --allow-eviction.
+func TestLockRefusesEvictingRedis(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	s := newServer(t, "allkeys-lru", srv.URL())
+	code, _, stderr := runInProcess(t, s.args("lock", "k", "--", "true")...)
+	if code != exitConfig || !strings.Contains(stderr, "allkeys-lru") || !strings.Contains(stderr, "--allow-eviction") {
+		t.Fatalf("lock on an allkeys-lru server = %d, %q; want %d naming the policy and --allow-eviction", code, stderr, exitConfig)
+	}
+	assertOneLine(t, stderr)
+	if code, _, stderr := runInProcess(t, s.args("--allow-eviction", "lock", "k", "--", "true")...); code != exitOK {
+		t.Fatalf("lock --allow-eviction = %d, %q; want 0", code, stderr)
+	}
+}
