@@ -138,40 +138,149 @@ var mutations = []Mutation{
 	},
 
 	// ---------------------------------------------------------------------
-	// PENDING: the Lua and lanes-core mutations. They target scripts/lua/
-	// and lanes/ (session.go, memory.go, lease.go), which are being
-	// rewritten; they are added here once the rewrite lands, each as an
-	// edit of the Lua script and, where the rule lives there too, of
-	// lanes/memory.go, run against ./lanes and ./redislane (the
-	// conformance suite on memory, miniredis and real Redis) and
-	// ./integration -run '^TestChaos' where a chaos scenario guards it:
-	//
-	//   core/fifo-latest-first   several waiters eligible in one step are
-	//                            granted latest-first (lib.lua scan, memory
-	//                            scan): caught by ReleaseOfSeveralGrantsIn-
-	//                            QueueOrder, ExpiriesTogetherGrantInQueue-
-	//                            Order, ClosedSessionHandsOffInQueueOrder
-	//                            (verified on a scratch copy; the edits were
-	//                            lib.lua "for _, m in ipairs(members) do" ->
-	//                            "for i = #members, 1, -1 do local m =
-	//                            members[i]", memory.go "range
-	//                            slices.Clone(q[...])" -> "range
-	//                            slices.Backward(slices.Clone(q[...]))")
-	//   core/limit-check         holders + entries ahead compared with <=
-	//                            the limit, not <
-	//   core/token-increment     a grant path reuses the last token
-	//   core/heartbeat-waiters   a heartbeat renews holders only
-	//                            (LiveWaiterIsNeverEvicted)
-	//   core/handoff-hint        release.lua publishes no grant hint
-	//                            (HandoffAtDefaultTTLByHint; verified on a
-	//                            scratch copy: "granted = {}" before
-	//                            release.lua's finish)
-	//   core/reaping             expired holders are not reaped, or only
-	//                            holders (DeadHolderExpires, DeadWaiterIs-
-	//                            Purged, TestChaosKilledClients)
-	//   core/re-entry            a lineage's holder is not lent its slot
-	//                            (ReentryAlongLineage)
-	//   core/cycle-refusal       a wait-for cycle is not refused
-	//                            (LockCycleFailsFast, LockCycleInABatch)
-	// ---------------------------------------------------------------------
+	// lanes core: DESIGN.md section 3. Each plants the bug in the Lua
+	// scripts and, where the rule lives there too, in the memory backend;
+	// the conformance suite (memory, miniredis, real Redis) must catch it.
+	{
+		Name: "core/fifo-latest-first",
+		What: "waiters eligible in one step are granted latest first (invariant 2)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `table.sort(cands, function(a, b) return a[1] < b[1] end)`, New: `table.sort(cands, function(a, b) return a[1] > b[1] end)`},
+			{File: "lanes/memory.go", Old: `slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(a.seq, b.seq) })`, New: `slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(b.seq, a.seq) })`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/limit-check",
+		What: "a waiter is eligible while holders plus those ahead equal the limit (invariant 1)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `if held + ahead >= limit then return false end`, New: `if held + ahead > limit then return false end`},
+			{File: "lanes/memory.go", Old: `if len(m.holders[l.Key])+ahead >= l.Limit {`, New: `if len(m.holders[l.Key])+ahead > l.Limit {`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/token-increment",
+		What: "a grant takes the key's last token again instead of a new one (invariant 5)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      tokens[key] = tokenize(key)`, New: `      tokens[key] = redis.call('HGET', K_TOKENS, key) or tokenize(key)`},
+			{File: "lanes/memory.go", Old: `		m.tokens[l.Key]++
+		e.tokens[l.Key] = m.tokens[l.Key]`, New: `		m.tokens[l.Key] = max(m.tokens[l.Key], 1)
+		e.tokens[l.Key] = m.tokens[l.Key]`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/heartbeat-waiters",
+		What: "a heartbeat renews holders only: a live waiter is evicted (invariant 6)",
+		Edits: []Edit{
+			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', k, NOW + ttl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', k, NOW + ttl, id) end`},
+			{File: "lanes/memory.go", Old: `		e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
+		out[i] = m.status(e, false)`, New: `		if e.held {
+			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
+		}
+		out[i] = m.status(e, false)`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/handoff-hint",
+		What: "a release grants but publishes no hint: waiters learn at their next poll (section 4, hand-off)",
+		Edits: []Edit{
+			{File: "scripts/lua/release.lua", Old: `for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
+finish()`, New: `for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
+granted = {}
+finish()`},
+			{File: "lanes/memory.go", Old: `	for _, g := range st.granted {
+		rel.Granted = append(rel.Granted, g.ID)
+	}
+	m.mu.Unlock()
+	st.notify()`, New: `	for _, g := range st.granted {
+		rel.Granted = append(rel.Granted, g.ID)
+	}
+	m.mu.Unlock()
+	st.granted = nil
+	st.notify()`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/reaping",
+		What: "expired holders are never reaped: a dead holder blocks its keys for good (invariant 6)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `  for _, k in ipairs({K_HELD, K_WAITING}) do`, New: `  for _, k in ipairs({K_WAITING}) do`},
+			{File: "lanes/memory.go", Old: `		if !e.deadline.After(st.now) {
+			due = append(due, e)
+		}`, New: `		if !e.held && !e.deadline.After(st.now) {
+			due = append(due, e)
+		}`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/re-entry",
+		What: "a nested request does not borrow the key its lineage holds: it waits behind its own caller (invariant 10)",
+		Edits: []Edit{
+			{File: "scripts/lua/enqueue.lua", Old: `        if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then`, New: `        if false and redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then`},
+			{File: "lanes/nested.go", Old: `		if x := m.entries[a]; x != nil && x.held && x.borrowed[key] == nil {`, New: `		if x := m.entries[a]; false && x != nil && x.held && x.borrowed[key] == nil {`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/cycle-refusal",
+		What: "a request that closes a wait-for cycle is queued, not refused (invariant 11)",
+		Edits: []Edit{
+			{File: "scripts/lua/enqueue.lua", Old: `      if not now and r.l then`, New: `      if false then`},
+			{File: "lanes/memory.go", Old: `	if !now && len(e.Lineage) > 0 {`, New: `	if false {`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/borrower-outlives-lender",
+		What: "a borrowed slot outlives the lease it borrows from (invariant 10)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `  if e.s ~= 'h' then return end
+  local lo_b, hi_b`, New: `  if true then return end
+  local lo_b, hi_b`},
+			{File: "lanes/memory.go", Old: `	delete(m.entries, e.ID)
+	if !e.held {
+		return
+	}`, New: `	delete(m.entries, e.ID)
+	if e != nil {
+		return
+	}`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/id-binding",
+		What: "an existing id answers for a request with other lanes (invariant 8)",
+		Edits: []Edit{
+			{File: "scripts/lua/enqueue.lua", Old: `local function same(e, r)
+  if #e.k ~= #r.k`, New: `local function same(e, r)
+  do return true end
+  if #e.k ~= #r.k`},
+			{File: "lanes/memory.go", Old: `func sameRequest(e *memEntry, r Request) bool {
+	if len(e.Lanes)`, New: `func sameRequest(e *memEntry, r Request) bool {
+	if e != nil {
+		return true
+	}
+	if len(e.Lanes)`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name:  "core/stale-hint",
+		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
+		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline):`, New: `e.seq == h.Seq:`}},
+		Pkgs:  []string{"./lanes"},
+	},
+	{
+		Name: "core/no-settle",
+		What: "an enqueue whose reply was lost is not settled: what it made holds its keys with nobody to renew them (section 4)",
+		Edits: []Edit{{File: "lanes/session.go", Old: `	if len(inBackend) > 0 {
+		s.settleLater(inBackend)
+	}`, New: `	_ = inBackend`}},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
 }
