@@ -110,7 +110,6 @@ func run(only string, list, race, verbose bool, timeout time.Duration) error {
 		count[verdict]++
 		fmt.Printf("%-9s %-32s %s\n          %s (%v)\n", verdict, m.Name, m.What, detail, time.Since(t0).Round(100*time.Millisecond))
 	}
-	fmt.Printf("PENDING   the Lua and lanes-core mutations (FIFO order, limit check, token increment, heartbeat of waiters,\n          hand-off hint, reaping, re-entry, cycle refusal): added after the script rewrite (scripts/mutate/mutations.go)\n")
 	fmt.Printf("summary: %d mutations: %d killed, %d survived, %d broken (%v)\n", len(ms), count[killed], count[survived], count[broken], time.Since(start).Round(time.Second))
 	if count[survived]+count[broken] > 0 {
 		return fmt.Errorf("%d survived, %d broken", count[survived], count[broken])
