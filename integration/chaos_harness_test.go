@@ -237,10 +237,26 @@ func chaosWaitEvent(s *chaosScenario, limit time.Duration, what string, match fu
 // chaosSeq reads a namespace's sequence number.
 func chaosSeq(ctx context.Context, t *testing.T, c redis.UniversalClient, b *redislane.Backend) int64 {
 	t.Helper()
-	ks := b.Keys()
-	v, err := c.Get(ctx, ks[6]).Int64()
+	v, err := c.HGet(ctx, b.Keys()[5], "seq").Int64() // meta
 	if err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// chaosTokens returns the last fencing token of every key of b's namespace,
+// from its key records ("epoch limit token waiters holders...").
+func chaosTokens(ctx context.Context, t *testing.T, c redis.UniversalClient, b *redislane.Backend) map[string]string {
+	t.Helper()
+	recs, err := c.HGetAll(ctx, b.Keys()[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for k, rec := range recs {
+		if f := strings.Fields(rec); k != "\x00" && len(f) >= 3 {
+			out[k] = f[2]
+		}
+	}
+	return out
 }

@@ -46,7 +46,7 @@ func bounded(t *testing.T, d time.Duration) context.Context {
 // backend has passed; then the key is granted again (not wedged).
 func TestStateKeyDeletedRealRedis(t *testing.T) {
 	c := redistest.Client(t)
-	for i, name := range []string{"entries", "queue", "holds", "limits", "held", "waiting", "nested", "meta"} {
+	for i, name := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := redistest.Backend(t, c, "it-del-")

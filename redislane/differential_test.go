@@ -602,24 +602,9 @@ func redisTarget(ctx context.Context, name string, c *redis.Client, timed bool) 
 		return err
 	}
 	t.leftovers = func(ctx context.Context) []string {
-		var out []string
-		k := b.Keys()
-		for i, name := range []string{"entries", "queue", "holds", "limits", "held", "waiting", "nested"} {
-			var members []string
-			var err error
-			if name == "entries" || name == "limits" {
-				members, err = c.HKeys(ctx, k[i]).Result()
-			} else {
-				members, err = c.ZRange(ctx, k[i], 0, -1).Result()
-			}
-			if err != nil {
-				out = append(out, fmt.Sprintf("%s: %v", name, err))
-			}
-			for _, m := range members {
-				if m != "\x00" {
-					out = append(out, fmt.Sprintf("%s: %q", name, m))
-				}
-			}
+		out, err := b.Leftovers(ctx)
+		if err != nil {
+			out = append(out, err.Error())
 		}
 		return out
 	}

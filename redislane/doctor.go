@@ -29,7 +29,7 @@ func (r *Report) OK() bool { return len(r.Missing)+len(r.Legacy)+len(r.Problems)
 
 // legacyKeys are the names of protocol 1's keys that protocol 2 does not
 // use; a namespace where they exist was used by an older lanes.
-var legacyKeys = []string{"deadlines", "seq", "stats"}
+var legacyKeys = []string{"holds", "limits", "tokens", "seq", "stats"}
 
 // Doctor checks the namespace's state for inconsistencies between its keys,
 // one bounded page at a time (doctor.lua), and reports them. With repair,
@@ -43,12 +43,12 @@ var legacyKeys = []string{"deadlines", "seq", "stats"}
 func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 	r := &Report{Namespace: b.ns}
 	base := b.keys[0][:strings.LastIndex(b.keys[0], ":")+1]
-	n, err := b.c.Exists(ctx, b.keys[:8]...).Result()
+	n, err := b.c.Exists(ctx, b.keys[:6]...).Result()
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
-	if n > 0 && n < 8 {
-		for _, k := range b.keys[:8] {
+	if n > 0 && n < 6 {
+		for _, k := range b.keys[:6] {
 			if e, _ := b.c.Exists(ctx, k).Result(); e == 0 {
 				r.Missing = append(r.Missing, k)
 			}
@@ -63,7 +63,7 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 	if repair {
 		mode = "repair"
 	}
-	walks := []string{"entries", "holds", "queue", "held", "waiting", "nested", "limits"}
+	walks := []string{"entries", "queue", "deadlines", "nested", "lanes"}
 	if repair {
 		walks = append([]string{"reap"}, walks...)
 		if len(r.Missing) > 0 {
@@ -95,10 +95,14 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 		}
 	}
 	if repair && len(r.Legacy) > 0 {
-		// Protocol 1 kept each entry's deadline in the deadlines key.
-		live, err := b.c.ZCount(ctx, base+"deadlines", fmt.Sprint(b.now(ctx)), "+inf").Result()
-		if err != nil {
-			return nil, b.mapErr(err)
+		// Protocol 1 kept each entry's deadline in the deadlines key; where
+		// protocol 2's state is there, those of protocol 1 are gone.
+		var live int64
+		if r.Epoch == "" {
+			live, err = b.c.ZCount(ctx, base+"deadlines", fmt.Sprint(b.now(ctx)), "+inf").Result()
+			if err != nil {
+				return nil, b.mapErr(err)
+			}
 		}
 		if live > 0 {
 			r.Problems = append(r.Problems, fmt.Sprintf("%d entries of protocol 1 are still alive: stop the older lanectl and runners first", live))
@@ -156,4 +160,45 @@ func stringList(v any) []string {
 		}
 	}
 	return out
+}
+
+// Leftovers lists what the namespace's state holds besides its markers and
+// idle key records (each keeps its fencing token): entries,
+// holders, waiters, deadlines and nested links, one line each. A namespace
+// whose users all released what they took has none. It reads the keys
+// directly (HGETALL, ZRANGE), for tests and tools, not atomically.
+func (b *Backend) Leftovers(ctx context.Context) ([]string, error) {
+	var out []string
+	ents, err := b.c.HGetAll(ctx, b.keys[0]).Result()
+	if err != nil {
+		return nil, b.mapErr(err)
+	}
+	for id := range ents {
+		if id != "\x00" {
+			out = append(out, "entry "+id)
+		}
+	}
+	recs, err := b.c.HGetAll(ctx, b.keys[1]).Result()
+	if err != nil {
+		return nil, b.mapErr(err)
+	}
+	if f := strings.Fields(recs["\x00"]); len(f) >= 2 {
+		for key, rec := range recs {
+			if key != "\x00" && activeRecord(rec, f[1]) {
+				out = append(out, fmt.Sprintf("key %q: %s", key, rec))
+			}
+		}
+	}
+	for i, name := range []string{"queue", "deadlines", "nested"} {
+		ms, err := b.c.ZRange(ctx, b.keys[2+i], 0, -1).Result()
+		if err != nil {
+			return nil, b.mapErr(err)
+		}
+		for _, m := range ms {
+			if m != "\x00" {
+				out = append(out, fmt.Sprintf("%s member %q", name, m))
+			}
+		}
+	}
+	return out, nil
 }

@@ -66,7 +66,7 @@ var ErrEvictable = errors.New("redislane: Redis may evict the lanes' keys")
 type Backend struct {
 	c        redis.UniversalClient
 	ns       string
-	keys     []string // the ten KEYS of every script, in lib.lua's order
+	keys     []string // the seven KEYS of every script, in lib.lua's order
 	wake     string   // prefix of the grant-hint channels; alone, the namespace's channel
 	tracer   otelx.Tracer
 	evictOK  bool // WithEvictionAllowed
@@ -138,7 +138,7 @@ func WithEvictionAllowed() Option {
 
 func keyNames(prefix, ns string) []string {
 	base := prefix + ":{" + ns + "}:"
-	names := []string{"entries", "queue", "holds", "limits", "held", "waiting", "nested", "meta", "tokens", "tombs"}
+	names := []string{"entries", "lanes", "queue", "deadlines", "nested", "meta", "tombs"}
 	for i, n := range names {
 		names[i] = base + n
 	}
@@ -149,9 +149,9 @@ func keyNames(prefix, ns string) []string {
 func (b *Backend) Namespace() string { return b.ns }
 
 // Keys returns the names of the namespace's Redis keys, in the order the
-// scripts take them. The first eight are its state, which lives and dies
-// whole; tokens (the ninth) is never deleted; tombs (the tenth) holds
-// short-lived tombstones.
+// scripts take them. The first six are its state, which lives and dies
+// whole (lanes, the second, keeps every key's fencing token too); tombs,
+// the seventh, indexes short-lived tombstones.
 func (b *Backend) Keys() []string { return append([]string(nil), b.keys...) }
 
 // wireRequest is one request as enqueue.lua reads it.
@@ -328,18 +328,32 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 	return snap, nil
 }
 
-// allKeys lists the keys that have holders or waiters, from the limits
-// hash, in bounded pieces (HSCAN): no script, no atomicity needed.
+// allKeys lists the keys that have holders or waiters, from the key
+// records of the lanes hash, in bounded pieces (HSCAN): no script, no
+// atomicity needed. A record of an earlier epoch, or of an idle key (it
+// keeps its fencing token), is left out.
 func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
+	marker, err := b.c.HGet(ctx, b.keys[1], "\x00").Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, b.mapErr(err)
+	}
+	f := strings.Fields(marker)
+	if len(f) < 2 {
+		return nil, malformed("lanes marker", marker)
+	}
+	epoch := f[1]
 	var keys []string
 	var cursor uint64
 	for {
-		page, next, err := b.c.HScan(ctx, b.keys[3], cursor, "", 1000).Result()
+		page, next, err := b.c.HScan(ctx, b.keys[1], cursor, "", 1000).Result()
 		if err != nil {
 			return nil, b.mapErr(err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
-			if page[i] != "\x00" {
+			if page[i] != "\x00" && activeRecord(page[i+1], epoch) {
 				keys = append(keys, page[i])
 			}
 		}
@@ -347,6 +361,13 @@ func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
 			return keys, nil
 		}
 	}
+}
+
+// activeRecord reports whether a key record ("epoch limit token waiters
+// holder...") of epoch has holders or waiters.
+func activeRecord(rec, epoch string) bool {
+	f := strings.Fields(rec)
+	return len(f) >= 4 && f[0] == epoch && (len(f) > 4 || f[3] != "0")
 }
 
 // Check implements lanes.Checker: it refuses, with an error wrapping

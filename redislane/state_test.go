@@ -36,7 +36,7 @@ func TestSequenceBound(t *testing.T) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		o := lanes.Owner{ID: "seq-owner", Host: "h", PID: 1}
-		meta := b.Keys()[7]
+		meta := b.Keys()[5]
 		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "h", Lanes: lane("K")}}); err != nil {
 			t.Fatal(err)
 		}
@@ -113,12 +113,13 @@ func TestProtocolVersionChecked(t *testing.T) {
 		if _, err := b.Enqueue(ctx, lanes.Owner{ID: "o", PID: 1}, time.Minute, []lanes.Request{{ID: "a", Lanes: lane("K")}}); err != nil {
 			t.Fatal(err)
 		}
-		c.HSet(ctx, b.Keys()[7], "v", "3")
+		marker, _ := c.HGet(ctx, b.Keys()[1], "\x00").Result()
+		c.HSet(ctx, b.Keys()[1], "\x00", "3"+marker[1:])
 		_, err := b.Heartbeat(ctx, "o", time.Minute, []string{"a"})
 		if !errors.Is(err, redislane.ErrProtocol) {
 			t.Fatalf("Heartbeat on a namespace of protocol 3 = %v; want ErrProtocol", err)
 		}
-		c.HSet(ctx, b.Keys()[7], "v", redislane.Protocol)
+		c.HSet(ctx, b.Keys()[1], "\x00", marker)
 		if _, err := b.Release(ctx, "", []string{"a"}); err != nil {
 			t.Fatal(err)
 		}
@@ -144,18 +145,19 @@ func TestProtocolReviewCases(t *testing.T) {
 			if _, err := b.Heartbeat(ctx, o.ID, time.Hour, []string{"A"}); err != nil {
 				t.Fatal(err)
 			}
-			c.Del(ctx, keys(b)[4]) // held: the deadlines are lost, maxttl decides
+			c.Del(ctx, keys(b)[3]) // the deadlines are lost: maxttl decides
 			snap, err := b.Inspect(ctx, nil)
 			if err != nil || snap.Frozen.Before(snap.Time.Add(59*time.Minute)) {
 				t.Fatalf("after held vanished: %+v, %v; want frozen for the hour the heartbeat gave", snap, err)
 			}
 		})
-		t.Run("StateLostWholeWithTokensKeptIsFrozen", func(t *testing.T) {
+		t.Run("StateLostButItsTokensIsFrozen", func(t *testing.T) {
 			b := newBackend(t, c)
 			if _, err := b.Enqueue(ctx, o, 5*time.Second, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
 				t.Fatal(err)
 			}
-			c.Del(ctx, keys(b)[:8]...)
+			k := keys(b) // every state key but lanes, which keeps the fencing tokens
+			c.Del(ctx, k[0], k[2], k[3], k[4], k[5])
 			st, err := b.Enqueue(ctx, o, 5*time.Second, []lanes.Request{{ID: "B", Lanes: lane("K")}})
 			if err != nil || st[0].State != lanes.Waiting {
 				t.Fatalf("Enqueue(K) after the state vanished whole = %+v, %v; want waiting: A may still hold K", st, err)
@@ -169,7 +171,7 @@ func TestProtocolReviewCases(t *testing.T) {
 		t.Run("Protocol1KeysRefused", func(t *testing.T) {
 			b := newBackend(t, c)
 			c.HSet(ctx, keys(b)[0], "old", `{"o":"x"}`) // protocol 1's entries hash: no marker
-			c.ZAdd(ctx, keys(b)[2], redis.Z{Member: "K\x00old"})
+			c.ZAdd(ctx, keys(b)[2], redis.Z{Member: "K\x000000000000000001\x00old"})
 			_, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}})
 			if !errors.Is(err, redislane.ErrProtocol) || !strings.Contains(err.Error(), "data:1") {
 				t.Fatalf("Enqueue on protocol 1's keys = %v; want ErrProtocol naming data:1", err)

@@ -24,9 +24,9 @@ func TestDoctorAndGC(t *testing.T) {
 			t.Fatalf("doctor of a sound namespace = %d, %q, %q; want 0 and no problem", code, out, stderr)
 		}
 		ctx := context.Background()
-		s.c.ZAdd(ctx, s.b.Keys()[2], redis.Z{Member: "k1\x00ghost"})
+		s.c.ZAdd(ctx, s.b.Keys()[3], redis.Z{Score: 1e15, Member: "ghost"})
 		code, out, _ = runInProcess(t, s.args("doctor")...)
-		if code != exitNotFound || !strings.Contains(out, "problem: holds member \"k1|ghost\": no such entry") {
+		if code != exitNotFound || !strings.Contains(out, "problem: deadline of ghost: no such entry") {
 			t.Fatalf("doctor with a stray member = %d, %q; want 1 and the problem", code, out)
 		}
 		code, out, _ = runInProcess(t, s.args("doctor", "--repair", "--json")...)

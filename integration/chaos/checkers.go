@@ -443,8 +443,8 @@ func CheckLostAcross(h *History, from, to time.Time) []Violation {
 }
 
 // NoLeak checks that namespace b holds nothing: Inspect shows no key, and
-// each of the namespace's state keys (StateKeys) holds nothing but its
-// marker (protocol 2 keeps them while the namespace is in use).
+// its state keys hold no entry, holder, waiter, deadline or nested link
+// (redislane.Backend.Leftovers).
 func NoLeak(ctx context.Context, b *redislane.Backend, c redis.UniversalClient) error {
 	snap, err := b.Inspect(ctx, nil)
 	if err != nil {
@@ -457,31 +457,15 @@ func NoLeak(ctx context.Context, b *redislane.Backend, c redis.UniversalClient) 
 		}
 		return fmt.Errorf("leak: namespace %s still has %s", b.Namespace(), strings.Join(ks, ", "))
 	}
-	for _, k := range StateKeys(b) {
-		var n int64
-		switch typ, err := c.Type(ctx, k).Result(); {
-		case err != nil:
-			return err
-		case typ == "hash":
-			n, err = c.HLen(ctx, k).Result()
-		case typ == "zset":
-			n, err = c.ZCard(ctx, k).Result()
-		}
-		if err != nil {
-			return err
-		}
-		if n > 1 {
-			return fmt.Errorf("leak: namespace %s: state key %s still holds %d members besides its marker", b.Namespace(), k, n-1)
-		}
+	left, err := b.Leftovers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("leak: namespace %s still holds %s", b.Namespace(), strings.Join(left, ", "))
 	}
 	return nil
 }
-
-// StateKeys returns the namespace's keys of entries, queues, holders,
-// limits, deadlines and nested calls: once nothing is held or awaited, each
-// holds only its marker. (The others, meta, tokens and tombs, keep counts,
-// fencing counters and short-lived tombstones.)
-func StateKeys(b *redislane.Backend) []string { return b.Keys()[:7] }
 
 // WaitNoLeak runs NoLeak until it passes or within has passed (entries of
 // killed processes leave only when their TTL ends), and returns its last

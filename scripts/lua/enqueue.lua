@@ -1,7 +1,7 @@
 -- enqueue.lua: place a batch of requests in their lanes' queues, in order,
 -- in one atomic step, and grant those that are eligible.
 --
--- KEYS: the ten of lib.lua.
+-- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
 --       [4] owner id, [5] host, [6] pid, [7] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,
@@ -86,10 +86,51 @@ do
   end
 end
 
-local _, err = check(true)
+-- The lean path: a step whose requests are all new (no entry, no
+-- tombstone), without lineage, on keys with neither holders nor waiters,
+-- each named once in the step, while nothing has expired and nothing is
+-- frozen, is granted whole from what two reads gave (the markers of lanes
+-- and entries with the records), in at most one write per key, entry and
+-- deadline.
+local keys, ids, count = {}, {}, {}
+for _, r in ipairs(reqs) do
+  ids[#ids + 1] = r.id
+  for _, kl in ipairs(r.k) do
+    if not count[kl[1]] then
+      keys[#keys + 1] = kl[1]
+      count[kl[1]] = 0
+    end
+    count[kl[1]] = count[kl[1]] + 1
+  end
+end
+local err = open(true, keys, ids)
+if err then return err end
+local exp, whole = expiring()
+local lean = whole and #exp == 0 and FROZEN <= NOW and NOW >= TOMBS
+for _, r in ipairs(reqs) do
+  if not lean then break end
+  if ERAW[r.id] or r.l then lean = false end
+  for _, kl in ipairs(r.k) do
+    if count[kl[1]] > 1 or not idle(kget(kl[1])) then lean = false end
+  end
+end
+if lean then
+  note_ttl(ttl)
+  local out = {}
+  for i, r in ipairs(reqs) do
+    local e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
+               k = r.k, s = 'w', q = 0, e = NOW}
+    grant(e, false, NOW + ttl, false)
+    out[i] = status(e, true)
+  end
+  finish()
+  return {EPOCH, out}
+end
+
+err = full(true)
 if err then return err end
 note_ttl(ttl)
-reap() -- expired entries go before anything is decided (holders first)
+reap(whole and exp or nil) -- expired entries go before anything is decided
 
 -- same reports whether the stored entry e was made by request r: the same
 -- lanes (keys and limits, in any order) and the same lineage.
@@ -106,16 +147,18 @@ local function same(e, r)
   return true
 end
 
--- Check every limit before changing anything (DESIGN.md invariant 9), and
--- note the keys that are idle (no limit recorded: no holder, no waiter).
-local batch, existing, idle, gone = {}, {}, {}, {}
+-- An existing entry past its deadline is gone first; then check every
+-- limit before changing anything (DESIGN.md invariant 9). A key's limit is
+-- recorded while it has holders or waiters.
+local batch, existing, settled, gone = {}, {}, {}, {}
 for _, r in ipairs(reqs) do
   local e = load(r.id)
-  if e and tonumber(redis.call('ZSCORE', deadlines(e), r.id) or '0') <= NOW then
+  if e and not alive(r.id) then
     expire(e, gone) -- past its deadline: gone, and this request is a new one
     e = nil
   end
   existing[r.id] = e or false
+  settled[r.id] = not e and tombed(r.id, 's')
 end
 scan(gone)
 for _, r in ipairs(reqs) do
@@ -124,8 +167,8 @@ for _, r in ipairs(reqs) do
       local key, limit = kl[1], kl[2]
       local rec = batch[key]
       if not rec then
-        local v = redis.call('HGET', K_LIMITS, key)
-        if v then rec = tonumber(v) else idle[key] = true end
+        local kr = kget(key)
+        if not idle(kr) then rec = kr.l end
       end
       if rec and rec ~= limit then
         finish() -- what the reap above granted is still told
@@ -135,7 +178,6 @@ for _, r in ipairs(reqs) do
     end
   end
 end
-local tombs = redis.call('ZCARD', K_TOMBS) > 0
 
 -- waits_for lists what entry x waits for, as {id, kind, key}: kind "h" a
 -- holder of a key x is queued on, "q" the entry queued just before x on it
@@ -154,7 +196,10 @@ local function waits_for(x)
     for _, kl in ipairs(x.k) do
       local key = kl[1]
       if not borrowed(x, key) then
-        add(redis.call('ZRANGEBYLEX', K_HOLDS, lo(key), hi(key), 'LIMIT', 0, CYCLE_VISITS), 'h', key, #key + 2)
+        local hs = {}
+        for j, h in ipairs(kget(key).h) do hs[j] = h end
+        table.sort(hs) -- by id, as the memory backend reads them
+        for j = 1, math.min(#hs, CYCLE_VISITS) do out[#out + 1] = {hs[j], 'h', key} end
         local from = hi(key)
         if not x.new then from = '(' .. qmember(key, x.q, x.id) end
         add(redis.call('ZREVRANGEBYLEX', K_QUEUE, from, lo(key), 'LIMIT', 0, 1), 'q', key, #key + 19)
@@ -237,9 +282,10 @@ end
 local function room(queued)
   for _, kl in ipairs(queued) do
     local key, limit = kl[1], kl[2]
-    if not idle[key] and redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-      + redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) >= limit then
-      return false
+    local r = kget(key)
+    if #r.h + r.w >= limit then
+      r = purge(key, {}) -- an expired holder counts no more (nobody waits: nothing to grant)
+      if #r.h + r.w >= limit then return false end
     end
   end
   return true
@@ -259,9 +305,9 @@ for i, r in ipairs(reqs) do
       e.o, e.h, e.p = owner, host, pid
       store(e)
     end
-    redis.call('ZADD', deadlines(e), NOW + ttl, r.id)
+    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
     out[i] = status(e, true)
-  elseif tombs and tonumber(redis.call('ZSCORE', K_TOMBS, 's\0' .. r.id) or '0') > NOW then
+  elseif settled[r.id] then
     out[i] = {r.id, 't', {'entry ' .. r.id .. ' was released before this enqueue arrived'}}
   else
     e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
@@ -272,8 +318,10 @@ for i, r in ipairs(reqs) do
     for _, kl in ipairs(r.k) do
       local key = kl[1]
       local lender
+      local holders = {}
+      for _, h in ipairs(kget(key).h) do holders[h] = true end
       for j = #(r.l or {}), 1, -1 do
-        if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then
+        if holders[r.l[j]] then
           lender = r.l[j]
           break
         end
@@ -307,11 +355,10 @@ for i, r in ipairs(reqs) do
         end
         for a in pairs(lenders) do
           redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
-        end
-        for _, kl in ipairs(r.k) do
-          if idle[kl[1]] then
-            redis.call('HSET', K_LIMITS, kl[1], kl[2])
-            idle[kl[1]] = nil -- not idle for the step's later requests
+          local lender = load(a)
+          if lender and not lender.b then
+            lender.b = 1 -- its release ends or requeues its borrowers
+            store(lender)
           end
         end
         if now then
@@ -320,9 +367,12 @@ for i, r in ipairs(reqs) do
           e.q = redis.call('HINCRBY', K_META, 'seq', 1)
           for _, kl in ipairs(queued) do
             redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], e.q, r.id))
+            local kr = kget(kl[1])
+            kr.w, kr.l = kr.w + 1, kl[2]
+            kput(kl[1])
           end
           store(e)
-          redis.call('ZADD', K_WAITING, NOW + ttl, r.id)
+          redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
         end
         out[i] = status(e, true)
       end

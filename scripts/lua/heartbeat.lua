@@ -7,7 +7,7 @@
 -- so that a grant whose hint was lost, an expired holder or the end of a
 -- freeze costs at most one heartbeat interval.
 --
--- KEYS: the ten of lib.lua.
+-- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
 --       [4] owner id, [5...] 1 to MAX_STEP_REQUESTS entry ids.
 -- Reply: {epoch ("" when the namespace has no state), statuses}: one
@@ -26,14 +26,16 @@ for i = 5, #ARGV do
 end
 
 local out = {}
-local _, err = check(false)
+local ids = {}
+for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+local err = open(false, {}, ids) or full(false)
 if err then return err end
 if not EPOCH then
   for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end
   return {'', out}
 end
 note_ttl(ttl)
-redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW)
+redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW) -- lapsed tombstones
 local all = reap()
 
 local mine, touched = {}, {}
@@ -41,11 +43,10 @@ for i = 5, #ARGV do
   local id = ARGV[i]
   local e = load(id)
   if e and e.o == owner then
-    local k = deadlines(e)
-    if not all and tonumber(redis.call('ZSCORE', k, id) or '0') <= NOW then
+    if not all and not alive(id) then
       expire(e, touched) -- its deadline passed: it is not renewed
     else
-      redis.call('ZADD', k, NOW + ttl, id)
+      redis.call('ZADD', K_DEADLINES, NOW + ttl, id)
       mine[id] = e
       if e.s == 'w' then
         for _, kl in ipairs(e.k) do

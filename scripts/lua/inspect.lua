@@ -2,7 +2,7 @@
 -- a time. It removes expired entries first (at most REAP_MAX), so it shows
 -- no dead entry unless more were due.
 --
--- KEYS: the ten of lib.lua.
+-- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] budget: the most
 --       entries (holders and waiters) this page returns, 1 to
 --       MAX_STEP_REQUESTS, [4...] pairs of key and cursor: the waiter
@@ -12,7 +12,7 @@
 --          waiter count, {{entry JSON, deadline ms, id}, ...holders},
 --          {{entry JSON, deadline ms, id}, ...waiters}, next}, ...} (one per
 --        key asked, in order), {expired, evicted, revoked, resets, frozen
---        until (ms)}}. Holders come in id order, then waiters in queue
+--        until (ms)}}. Holders come in grant order, then waiters in queue
 --        order, at most the budget in all. A cursor "" starts at the key's
 --        head; next is "" when the key is done, else the cursor to go on
 --        with: "h" or "w" and the member to go on after (holders or
@@ -30,14 +30,15 @@ for i = 4, #ARGV, 2 do
   if not key_ok(ARGV[i]) then return badarg('key', 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters') end
 end
 
-local _, err = check(false)
+local err = full(false)
 if err then return err end
 if not EPOCH then return {NOW, '', {}, {0, 0, 0, 0, 0}} end
 reap()
 
 local function entry(id)
-  return {redis.call('HGET', K_ENTRIES, id) or '{}',
-    redis.call('ZSCORE', K_HELD, id) or redis.call('ZSCORE', K_WAITING, id) or '0', id}
+  local raw = redis.call('HGET', K_ENTRIES, id)
+  if not raw or string.sub(raw, 1, 1) ~= '{' then raw = '{}' end
+  return {raw, redis.call('ZSCORE', K_DEADLINES, id) or '0', id}
 end
 
 local out = {}
@@ -48,23 +49,27 @@ for i = 4, #ARGV, 2 do
       or (after ~= '' and string.sub(after, 1, #key + 1) ~= key .. '\0')) then
     return badarg('cursor', 'a cursor is "", or one that inspect.lua returned for the same key')
   end
-  local limit = tonumber(redis.call('HGET', K_LIMITS, key) or '0')
+  local r = kget(key)
+  local limit = 0
+  if not idle(r) then limit = r.l end
   local holders, waiters, nxt = {}, {}, ''
   local nh, nw = 0, 0
   if limit > 0 then
-    nh = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-    nw = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
+    nh, nw = #r.h, r.w
     if budget == 0 then
       nxt = '\0' -- not reached: ask again with the same cursor
     else
       if phase ~= 'w' then
-        local from = lo(key)
-        if phase == 'h' then from = '(' .. after end
-        local ms = redis.call('ZRANGEBYLEX', K_HOLDS, from, hi(key), 'LIMIT', 0, budget + 1)
-        for j = 1, math.min(#ms, budget) do
-          holders[#holders + 1] = entry(string.sub(ms[j], #key + 2))
+        local from = 1 -- holders in grant order, after the one the cursor names
+        if phase == 'h' then
+          local last = string.sub(after, #key + 2)
+          for j, id in ipairs(r.h) do
+            if id == last then from = j + 1 end
+          end
         end
-        if #ms > budget then nxt = 'h' .. ms[budget] end
+        local upto = math.min(#r.h, from + budget - 1)
+        for j = from, upto do holders[#holders + 1] = entry(r.h[j]) end
+        if upto < #r.h then nxt = 'h' .. key .. '\0' .. r.h[upto] end
         budget = budget - #holders
         phase, after = 'w', ''
       end
@@ -85,8 +90,9 @@ for i = 4, #ARGV, 2 do
   out[#out + 1] = {key, limit, nh, nw, holders, waiters, nxt}
 end
 
-local m = redis.call('HMGET', K_META, 'expired', 'evicted', 'revoked', 'resets', 'frozen')
+local m = redis.call('HMGET', K_META, 'expired', 'evicted', 'revoked', 'resets')
 local stats = {}
-for i = 1, 5 do stats[i] = tonumber(m[i] or '0') or 0 end
+for i = 1, 4 do stats[i] = tonumber(m[i] or '0') or 0 end
+stats[5] = FROZEN
 finish()
 return {NOW, EPOCH, out, stats}

@@ -1,37 +1,41 @@
 -- lib.lua: the bounds, the keyspace and the helpers shared by enqueue.lua,
--- heartbeat.lua, release.lua and inspect.lua; package lua puts this file
--- in front of each of them. docs/PROTOCOL.md describes protocol 2.
+-- heartbeat.lua, release.lua, inspect.lua, doctor.lua and record.lua;
+-- package lua puts this file in front of each of them. docs/PROTOCOL.md
+-- describes protocol 2.
 --
--- KEYS (the same ten, in this order, for every lanes script; all share the
--- namespace's hash tag, e.g. lanes:{ns}:entries). Keys 1 to 8 are the
+-- KEYS (the same seven, in this order, for every lanes script; all share
+-- the namespace's hash tag, e.g. lanes:{ns}:entries). Keys 1 to 6 are the
 -- namespace's state: none carries a TTL, and each holds a marker (field or
 -- member "\0") while the namespace is in use, so a key that vanished
--- (deleted, evicted) is seen by the next step, which resets the state
--- (see check below). Keys 9 and 10 may vanish without harm.
+-- (deleted, evicted) is seen by the next step that needs it, which resets
+-- the state (see full below). Key 7 may vanish without harm.
 --   1 entries   hash: entry id -> entry record (JSON, fields below)
---   2 queue     sorted set, scores 0: every lane's FIFO queue at once;
+--   2 lanes     hash: key -> key record, "<epoch> <limit> <token> <waiters>
+--               <holder id> ...": the epoch it was written in (a record of
+--               an earlier epoch keeps only its token), the limit its
+--               holders and waiters share, the last fencing token issued
+--               (never lost with the record), how many entries wait for the
+--               key, and its holders in grant order. The marker "\0" holds
+--               "<protocol> <epoch> <frozen ms> <maxttl ms> <tombs ms>":
+--               the epoch changes when the state is reset or first made, no
+--               grant happens before frozen, maxttl is the longest TTL
+--               given, and no tombstone lives past tombs.
+--   3 queue     sorted set, scores 0: every lane's FIFO queue at once;
 --               member = key .. "\0" .. seq (16 zero-padded digits) .. "\0" .. id
---   3 holds     sorted set, scores 0: member = key .. "\0" .. id for
---               every holder of a key in its own right (not by re-entry)
---   4 limits    hash: key -> limit, kept while the key has holders or waiters
---   5 held      sorted set: holder id scored by its deadline (ms, Redis TIME)
---   6 waiting   sorted set: waiter id scored by its deadline (ms)
---   7 nested    sorted set, scores 0: member = ancestor .. "\0" .. id for
+--   4 deadlines sorted set: every entry id scored by its deadline (ms,
+--               Redis TIME); the marker "\0" scores -inf, so the first
+--               member of an expiry query says the key is whole
+--   5 nested    sorted set, scores 0: member = ancestor .. "\0" .. id for
 --               every ancestor in an entry's lineage, and
 --               " " .. ancestor .. "\0" .. id for every ancestor the entry
 --               borrows a key from (ids hold no space, so the two never mix)
---   8 meta      hash: v (data version), epoch (changes when the state is
---               reset or first made), seq (the last sequence number),
---               frozen (ms: no grant before then), maxttl (the longest TTL
---               any entry was given or renewed with, ms), and the counts expired (holders
---               whose lease ran out), evicted (waiters that expired),
---               revoked (borrowers whose lender's hold ended), resets
---   9 tokens    hash: key -> last fencing token issued; never deleted; its
---               field "\0maxttl" repeats meta's maxttl, so that a state
---               lost whole while the tokens stayed is still frozen
---  10 tombs     sorted set: "s\0" .. id (released while its enqueue was
---               unsettled) and "f\0" .. id (released by force), scored by
---               when the tombstone lapses (ms)
+--   6 meta      hash: seq (the last sequence number), maxttl, and the
+--               counts expired (holders whose lease ran out), evicted
+--               (waiters that expired), revoked (borrowers whose lender's
+--               hold ended), resets
+--   7 tombs     sorted set: tombstones, "s\0" .. id (released while its
+--               enqueue was unsettled: an enqueue of the id is refused) and
+--               "f\0" .. id (released by force), scored by when they lapse
 -- ARGV[1] is always the protocol version, ARGV[2] the prefix of the
 -- grant-hint channels: the owner id is appended to it, and the prefix
 -- alone is the namespace's channel, where a reset is announced.
@@ -39,11 +43,12 @@
 -- Entry record (the value in entries, without its id): {o = owner id,
 -- h = host, p = pid, c = call id, t = tool, n = tenant (strings; c, t and
 -- n absent when the request left them out), l = lineage (list of ids,
--- absent when empty), k = lanes
--- (list of {key, limit}), s = "w" (waiting) or "h" (held), q = sequence
--- number, e = enqueued (ms), g = granted (ms), x = tokens ({key = "decimal
--- token"}, once held), r = borrowed keys ({key = ancestor id}: keys taken by
--- re-entry, neither queued nor held by the entry itself; absent when none)}.
+-- absent when empty), k = lanes (list of {key, limit}), s = "w" (waiting)
+-- or "h" (held), q = sequence number (0: granted when it arrived),
+-- e = enqueued (ms), g = granted (ms), x = tokens ({key = "decimal
+-- token"}, once held), r = borrowed keys ({key = ancestor id}: keys taken
+-- by re-entry, neither queued nor held by the entry itself; absent when
+-- none), b = 1 when nested entries borrow from it (absent otherwise)}.
 
 -- The bounds. package lanes has the same constants (a test compares them).
 local PROTOCOL = '2'
@@ -62,14 +67,14 @@ local MAX_BORROWERS = 500     -- nested entries that borrow from one holder, at 
 local REAP_MAX = 100          -- expired entries one step removes, at most
 local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
 
-if #KEYS ~= 10 and #KEYS ~= 11 then -- record.lua takes an eleventh: the run's records
-  return redis.error_reply('LANES_BADARG keys expected 10 keys, got ' .. #KEYS)
+if #KEYS ~= 7 and #KEYS ~= 8 then -- record.lua takes an eighth: the run's records
+  return redis.error_reply('LANES_BADARG keys expected 7 keys, got ' .. #KEYS)
 end
 if ARGV[1] ~= PROTOCOL then
   return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' ' .. tostring(ARGV[1]))
 end
-local K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED, K_META, K_TOKENS, K_TOMBS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local WAKE = ARGV[2]
 
 local NOW, NOW_US -- the Redis clock, in ms and in µs
@@ -83,6 +88,7 @@ end
 local function utf8_ok(s)
   -- valid UTF-8 without control characters (C0, DEL, C1)
   if string.find(s, '[%z\1-\31\127]') then return false end
+  if not string.find(s, '[\128-\255]') then return true end
   local i, n = 1, #s
   while i <= n do
     local c = string.byte(s, i)
@@ -133,10 +139,22 @@ local function qmember(key, seq, id)
 end
 local function lo(key) return '[' .. key .. '\0' end
 local function hi(key) return '(' .. key .. '\1' end
+local function dec(n) return string.format('%.0f', n) end
 
--- An entry record is stored without its id, the hash field already names it.
+-- The state of this step: the epoch, the end of a freeze, the longest
+-- TTL, and what was read of entries and lanes (raw, false when absent).
+local EPOCH, FROZEN, MAXTTL, TOMBS
+local ERAW, KRAW, KREC = {}, {}, {}
+local dirty = {} -- keys whose record changed
+
+-- Entries: an entry record is stored without its id, the hash field
+-- already names it.
 local function load(id)
-  local raw = redis.call('HGET', K_ENTRIES, id)
+  local raw = ERAW[id]
+  if raw == nil then
+    raw = redis.call('HGET', K_ENTRIES, id) or false
+    ERAW[id] = raw
+  end
   if not raw then return nil end
   local e = cjson.decode(raw)
   e.id = id
@@ -146,108 +164,210 @@ end
 local function store(e)
   local id = e.id
   e.id = nil
-  redis.call('HSET', K_ENTRIES, id, cjson.encode(e))
+  local raw = cjson.encode(e)
   e.id = id
+  redis.call('HSET', K_ENTRIES, id, raw)
+  ERAW[id] = raw
 end
 
-local function deadlines(e)
-  if e.s == 'h' then return K_HELD end
-  return K_WAITING
+local function forget(id)
+  redis.call('HDEL', K_ENTRIES, id)
+  ERAW[id] = false
 end
 
--- The namespace's state: the eight state keys exist together (each holds a
--- marker), or none does. check returns the epoch, or nil for a namespace
--- with no state; it resets a namespace of which some keys vanished.
-local STATE = {K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED, K_META}
-local EPOCH, FROZEN, MAXTTL
+local mark_line
+-- entomb leaves a tombstone of kind ("s" or "f") for id, lapsing after ms.
+local function entomb(id, kind, ms)
+  redis.call('ZADD', K_TOMBS, NOW + ms, kind .. '\0' .. id)
+  if NOW + ms > TOMBS then
+    TOMBS = NOW + ms
+    redis.call('HSET', K_LANES, '\0', mark_line())
+  end
+end
+
+-- tombed reports whether id has a live tombstone of kind.
+local function tombed(id, kind)
+  if NOW >= TOMBS then return false end
+  return tonumber(redis.call('ZSCORE', K_TOMBS, kind .. '\0' .. id) or '0') > NOW
+end
+
+-- Key records, read and changed through a cache, written once by flush.
+local function kget(key)
+  local r = KREC[key]
+  if r then return r end
+  local raw = KRAW[key]
+  if raw == nil then raw = redis.call('HGET', K_LANES, key) or false end
+  r = {l = 0, t = 0, w = 0, h = {}}
+  if raw then
+    local ep, l, t, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
+    r.t = tonumber(t) or 0
+    if ep == EPOCH then
+      r.l, r.w = tonumber(l), tonumber(w)
+      for id in string.gmatch(rest, '%S+') do r.h[#r.h + 1] = id end
+    end
+  end
+  KREC[key] = r
+  return r
+end
+
+local function kput(key) dirty[key] = true end
+
+-- prefetch reads the records of keys not read yet, in one command.
+local function prefetch(keys)
+  local want = {}
+  for _, key in ipairs(keys) do
+    if KRAW[key] == nil and not KREC[key] then want[#want + 1] = key end
+  end
+  if #want == 0 then return end
+  local got = redis.call('HMGET', K_LANES, unpack(want))
+  for i, key in ipairs(want) do KRAW[key] = got[i] end
+end
+
+local function idle(r) return #r.h == 0 and r.w == 0 end
+
+local function flush()
+  local args = {}
+  for key in pairs(dirty) do
+    local r = KREC[key]
+    args[#args + 1] = key
+    args[#args + 1] = EPOCH .. ' ' .. r.l .. ' ' .. dec(r.t) .. ' ' .. r.w
+      .. (#r.h > 0 and ' ' .. table.concat(r.h, ' ') or '')
+    if #args >= 2000 then
+      redis.call('HSET', K_LANES, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('HSET', K_LANES, unpack(args)) end
+  dirty = {}
+end
+
+local function drop_holder(r, id)
+  for i, h in ipairs(r.h) do
+    if h == id then
+      table.remove(r.h, i)
+      return
+    end
+  end
+end
+
+-- The namespace's state: the six state keys exist together (each holds a
+-- marker), or none does.
+local STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
+
+mark_line = function()
+  return PROTOCOL .. ' ' .. EPOCH .. ' ' .. dec(FROZEN) .. ' ' .. dec(MAXTTL) .. ' ' .. dec(TOMBS)
+end
 
 local function mark()
   redis.call('HSET', K_ENTRIES, '\0', '')
+  redis.call('HSET', K_LANES, '\0', mark_line())
   redis.call('ZADD', K_QUEUE, 0, '\0')
-  redis.call('ZADD', K_HOLDS, 0, '\0')
-  redis.call('HSET', K_LIMITS, '\0', '0')
-  redis.call('ZADD', K_HELD, '+inf', '\0')
-  redis.call('ZADD', K_WAITING, '+inf', '\0')
+  redis.call('ZADD', K_DEADLINES, '-inf', '\0')
   redis.call('ZADD', K_NESTED, 0, '\0')
+  redis.call('HSET', K_META, '\0', '')
+  ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
 end
 
 -- reset makes an empty state with a new epoch. No grant happens before
 -- every lease the lost state could still hold has run out: the latest
--- holder deadline, else (when the held key is what vanished) NOW plus the
--- longest TTL given, else MAX_TTL. Every owner is told on the namespace's
--- channel and finds its entries gone.
+-- deadline known, else (when the deadlines are what vanished) now plus
+-- the longest TTL given, else MAX_TTL. The fencing tokens stay in the key
+-- records. Every owner is told on the namespace's channel and finds its
+-- entries gone.
 local function reset()
   local untl = NOW
-  if redis.call('EXISTS', K_HELD) == 1 then
-    local last = redis.call('ZREVRANGEBYSCORE', K_HELD, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 2)
-    for i = 1, #last, 2 do
-      if last[i] ~= '\0' then untl = math.max(untl, tonumber(last[i + 1]) or untl) end
-    end
+  if redis.call('EXISTS', K_DEADLINES) == 1 then
+    local last = redis.call('ZREVRANGEBYSCORE', K_DEADLINES, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #last == 2 and last[1] ~= '\0' then untl = math.max(untl, tonumber(last[2]) or untl) end
   else
-    untl = NOW + (tonumber(redis.call('HGET', K_META, 'maxttl') or '')
-      or tonumber(redis.call('HGET', K_TOKENS, '\0maxttl') or '') or MAX_TTL)
+    local ttl = MAXTTL
+    if not ttl or ttl == 0 then ttl = tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL end
+    untl = NOW + ttl
   end
-  redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_HOLDS, K_LIMITS, K_HELD, K_WAITING, K_NESTED)
+  if not MAXTTL or MAXTTL == 0 then MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0 end
+  redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_DEADLINES, K_NESTED)
+  EPOCH, FROZEN = dec(NOW_US), untl
+  TOMBS = tonumber(TOMBS) or 0
+  local last = redis.call('ZREVRANGEBYSCORE', K_TOMBS, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #last == 2 then TOMBS = math.max(TOMBS, tonumber(last[2])) end
   mark()
-  local epoch = string.format('%.0f', NOW_US)
-  redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', epoch, 'frozen', string.format('%.0f', untl))
   redis.call('HINCRBY', K_META, 'resets', 1)
-  redis.call('PUBLISH', WAKE, cjson.encode({reset = epoch}))
-  return epoch, untl
+  redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
 end
 
--- check reads the epoch and the end of a freeze. create: a namespace with
--- no state gets one (an enqueue), and is announced, since an owner that
--- holds entries of an earlier epoch must learn that they are gone.
-local function check(create)
+-- read_marker parses the marker of lanes, or fails on another version.
+local function read_marker(raw)
+  local v, ep, fr, mx, tb = string.match(raw, '^(%S+) (%S+) (%d+) (%d+) (%d+)$')
+  if v ~= PROTOCOL then
+    return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:' .. tostring(string.match(raw, '^%S*')))
+  end
+  EPOCH, FROZEN, MAXTTL, TOMBS = ep, tonumber(fr), tonumber(mx), tonumber(tb)
+end
+
+-- full makes sure every state key is there; a namespace with some of its
+-- keys missing is reset (with nothing of it, made when create). It returns
+-- an error reply for a namespace of another protocol, and leaves EPOCH nil
+-- for a namespace with no state (when not create).
+local checked = false
+local function full(create)
+  if checked and (EPOCH or not create) then return end
+  checked = true
   local n = redis.call('EXISTS', unpack(STATE))
+  if n == #STATE then
+    if not EPOCH then
+      return read_marker(redis.call('HGET', K_LANES, '\0'))
+    end
+    return
+  end
   if n == 0 then
-    if not create then return nil end
-    -- No state: a namespace never used, or one whose state was lost whole.
-    -- Where the tokens stayed, leases of the lost state may still be held.
-    local used = tonumber(redis.call('HGET', K_TOKENS, '\0maxttl') or '')
+    if not create then
+      EPOCH = nil
+      return
+    end
+    EPOCH, FROZEN, MAXTTL, TOMBS = dec(NOW_US), 0, 0, 0
+    local last = redis.call('ZREVRANGEBYSCORE', K_TOMBS, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #last == 2 then TOMBS = tonumber(last[2]) end
     mark()
-    EPOCH, FROZEN, MAXTTL = string.format('%.0f', NOW_US), 0, 0
-    redis.call('HSET', K_META, 'v', PROTOCOL, 'epoch', EPOCH)
-    if used then
-      FROZEN, MAXTTL = NOW + used, used
-      redis.call('HSET', K_META, 'frozen', string.format('%.0f', FROZEN), 'maxttl', used, 'resets', 1)
-    end
     redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
-    return EPOCH
+    return
   end
-  if n < #STATE then
-    if redis.call('EXISTS', K_META) == 0 then
-      -- Keys without a marker are the state of protocol 1, not ours.
-      local marked = false
-      for _, k in ipairs({K_ENTRIES, K_LIMITS}) do
-        marked = marked or redis.call('HEXISTS', k, '\0') == 1
-      end
-      for _, k in ipairs({K_QUEUE, K_HOLDS, K_HELD, K_WAITING, K_NESTED}) do
-        marked = marked or redis.call('ZSCORE', k, '\0') ~= false
-      end
-      if not marked then
-        return nil, redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:1 (lanectl doctor --repair removes it once no older client holds an entry)')
-      end
-    end
-    EPOCH, FROZEN = reset()
-    MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0
-    return EPOCH
+  if redis.call('EXISTS', K_META) == 0 and redis.call('HEXISTS', K_ENTRIES, '\0') == 0
+      and not redis.call('ZSCORE', K_QUEUE, '\0') and not redis.call('ZSCORE', K_NESTED, '\0')
+      and not redis.call('ZSCORE', K_DEADLINES, '\0') and redis.call('HEXISTS', K_LANES, '\0') == 0 then
+    -- Keys without a marker are the state of protocol 1, not ours.
+    return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:1 (lanectl doctor --repair removes it once no older client holds an entry)')
   end
-  local m = redis.call('HMGET', K_META, 'v', 'epoch', 'frozen', 'maxttl')
-  if m[1] ~= PROTOCOL then
-    return nil, redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:' .. tostring(m[1]))
+  local m = redis.call('HGET', K_LANES, '\0')
+  if m then
+    local err = read_marker(m)
+    if err then return err end
   end
-  EPOCH, FROZEN, MAXTTL = m[2], tonumber(m[3] or '0') or 0, tonumber(m[4] or '0') or 0
-  return EPOCH
+  reset()
+end
+
+-- open reads, in two commands, the markers of lanes and entries with the
+-- records of keys and ids the step needs; a missing marker means the state
+-- is not whole (or not there): full decides. It returns an error reply or
+-- nil.
+local function open(create, keys, ids)
+  local got = redis.call('HMGET', K_LANES, '\0', unpack(keys))
+  local ents = redis.call('HMGET', K_ENTRIES, '\0', unpack(ids))
+  if got[1] and ents[1] then
+    local err = read_marker(got[1])
+    if err then return err end
+    for i, key in ipairs(keys) do KRAW[key] = got[i + 1] end
+    for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
+    return nil
+  end
+  return full(create)
 end
 
 -- note_ttl records ttl as the longest TTL in use when it is.
 local function note_ttl(ttl)
   if ttl > MAXTTL then
     MAXTTL = ttl
+    redis.call('HSET', K_LANES, '\0', mark_line())
     redis.call('HSET', K_META, 'maxttl', ttl)
-    redis.call('HSET', K_TOKENS, '\0maxttl', ttl)
   end
 end
 
@@ -260,25 +380,20 @@ local function borrowed(e, key)
   return e.r and e.r[key]
 end
 
-local function tokenize(key)
-  -- A token is above every token issued before for key, and at least the
-  -- Redis clock in ms times 1024 (counted in µs: 1.024 per µs): a counter
-  -- lost with the data (a restart without persistence, a failover to a
-  -- lagging replica) resumes above every token it issued before the loss,
-  -- as long as the clock does not go back and fewer than one token per µs
-  -- was issued on average.
-  local tok = redis.call('HINCRBY', K_TOKENS, key, 1)
-  local floor = math.floor(NOW_US * 1.024)
-  if tok < floor then
-    tok = floor
-    redis.call('HSET', K_TOKENS, key, string.format('%.0f', tok))
-  end
-  return string.format('%.0f', tok)
+-- tokenize mints key's next fencing token in r. A token is above every
+-- token issued before for key, and at least the Redis clock in ms times
+-- 1024 (counted in µs: 1.024 per µs): a counter lost with the data (a
+-- restart without persistence, a failover to a lagging replica) resumes
+-- above every token it issued before the loss, as long as the clock does
+-- not go back and fewer than one token per µs was issued on average.
+local function tokenize(r)
+  r.t = math.max(r.t + 1, math.floor(NOW_US * 1.024))
+  return dec(r.t)
 end
 
 -- grant makes the entry e a holder of every key it named and mints one
 -- token per key. queued: e is in the queues (else it was never put in
--- them); dl: its deadline.
+-- them, and gets its deadline dl).
 local function grant(e, queued, dl, hint)
   local tokens = {}
   for _, kl in ipairs(e.k) do
@@ -288,13 +403,18 @@ local function grant(e, queued, dl, hint)
       local anc = load(a) -- the lender's slot and token
       tokens[key] = anc and anc.x and anc.x[key] or '0'
     else
-      if queued then redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id)) end
-      redis.call('ZADD', K_HOLDS, 0, key .. '\0' .. e.id)
-      tokens[key] = tokenize(key)
+      local r = kget(key)
+      if queued then
+        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+        r.w = r.w - 1
+      end
+      r.l = kl[2]
+      r.h[#r.h + 1] = e.id
+      tokens[key] = tokenize(r)
+      kput(key)
     end
   end
-  if queued then redis.call('ZREM', K_WAITING, e.id) end
-  redis.call('ZADD', K_HELD, dl, e.id)
+  if not queued then redis.call('ZADD', K_DEADLINES, dl, e.id) end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
   if hint then granted[#granted + 1] = e end
@@ -315,17 +435,20 @@ remove = function(e, touched)
     if a then
       redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
     else
+      local r = kget(key)
       if e.s == 'h' then
-        redis.call('ZREM', K_HOLDS, key .. '\0' .. e.id)
+        drop_holder(r, e.id)
       else
         redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+        r.w = r.w - 1
       end
+      kput(key)
       touched[key] = kl[2]
     end
   end
-  redis.call('HDEL', K_ENTRIES, e.id)
-  redis.call('ZREM', deadlines(e), e.id)
-  if e.s ~= 'h' then return end
+  forget(e.id)
+  redis.call('ZREM', K_DEADLINES, e.id)
+  if e.s ~= 'h' or not e.b then return end
   local lo_b, hi_b = '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1'
   local revoked = 0
   for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, lo_b, hi_b)) do
@@ -344,7 +467,12 @@ remove = function(e, touched)
             b.r[key] = nil
             redis.call('ZADD', K_QUEUE, 0, qmember(key, b.q, b.id))
             for _, kl in ipairs(b.k) do
-              if kl[1] == key then touched[key] = kl[2] end
+              if kl[1] == key then
+                local r = kget(key)
+                r.w, r.l = r.w + 1, kl[2]
+                kput(key)
+                touched[key] = kl[2]
+              end
             end
           end
         end
@@ -365,10 +493,32 @@ local function expire(e, touched)
   remove(e, touched)
 end
 
--- alive reports whether the waiter id's deadline has not passed.
+-- alive reports whether the entry id's deadline has not passed.
 local function alive(id)
-  local dl = redis.call('ZSCORE', K_WAITING, id)
+  local dl = redis.call('ZSCORE', K_DEADLINES, id)
   return dl and tonumber(dl) > NOW
+end
+
+-- purge removes the holders of key whose deadline passed (a holder is
+-- never counted once its lease ran out), and notes what that frees.
+local function purge(key, touched)
+  local r = kget(key)
+  if #r.h == 0 then return r end
+  local dls = redis.call('ZMSCORE', K_DEADLINES, unpack(r.h))
+  local dead = {}
+  for i, id in ipairs(r.h) do
+    if not dls[i] or tonumber(dls[i]) <= NOW then dead[#dead + 1] = id end
+  end
+  for _, id in ipairs(dead) do
+    local e = load(id)
+    if e then
+      expire(e, touched)
+    else
+      drop_holder(r, id) -- a leftover without a record
+      kput(key)
+    end
+  end
+  return r
 end
 
 -- eligible: on every key of the waiting entry e, its holders plus the
@@ -377,9 +527,8 @@ local function eligible(e)
   for _, kl in ipairs(e.k) do
     local key, limit = kl[1], kl[2]
     if not borrowed(e, key) then
-      local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
       local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
-      if held + ahead >= limit then return false end
+      if #kget(key).h + ahead >= limit then return false end
     end
   end
   return true
@@ -387,16 +536,15 @@ end
 
 -- scan grants the waiters that became eligible on the touched keys, in
 -- arrival order across all of them (DESIGN.md invariant 2: on every key,
--- an earlier waiter is granted, and gets its token, before a later one),
--- and forgets the limit of keys left with neither holders nor waiters.
+-- an earlier waiter is granted, and gets its token, before a later one).
 -- Only the first (limit - holders) live waiters of a key can be eligible
 -- on it, and a grant frees nothing, so it gathers those of each key, sorts
--- them by sequence number, and grants each that is eligible then. A waiter
--- found expired on the way is removed (its keys join the scan). Nothing is
--- granted while the namespace is frozen.
+-- them by sequence number, and grants each that is eligible then. An
+-- expired holder or waiter found on the way is removed (its keys join the
+-- scan). Nothing is granted while the namespace is frozen.
 local function scan(touched)
   local done, budget = {}, SCAN_MAX * 4
-  local cands, seen, keyed = {}, {}, {}
+  local cands, seen = {}, {}
   while budget > 0 do
     local keys = {}
     for key in pairs(touched) do
@@ -406,24 +554,19 @@ local function scan(touched)
     table.sort(keys)
     for _, key in ipairs(keys) do
       done[key] = true
-      local held = redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key))
-      local room = touched[key] - held
+      local r = kget(key)
+      if r.w > 0 then r = purge(key, touched) end
+      local room = touched[key] - #r.h
       local looked, from = 0, lo(key)
-      local k = {held = held} -- live: a live waiter seen; empty: the queue seen empty
-      keyed[key] = k
-      while room > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
+      while room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
         local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room)
-        if #members == 0 then
-          k.empty = true
-          break
-        end
+        if #members == 0 then break end
         for _, m in ipairs(members) do
           looked, budget = looked + 1, budget - 1
           from = '(' .. m
           local seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
           if alive(id) then
             room = room - 1
-            k.live = true
             if not seen[id] then
               seen[id] = true
               cands[#cands + 1] = {tonumber(seq), id}
@@ -437,6 +580,8 @@ local function scan(touched)
               end
             else
               redis.call('ZREM', K_QUEUE, m) -- a leftover without a record
+              r.w = r.w - 1
+              kput(key)
             end
           end
         end
@@ -446,41 +591,33 @@ local function scan(touched)
   table.sort(cands, function(a, b) return a[1] < b[1] end)
   for _, c in ipairs(cands) do
     local e = load(c[2])
-    if e and e.s == 'w' and eligible(e) then
-      grant(e, true, redis.call('ZSCORE', K_WAITING, e.id), true)
-    end
-  end
-  -- A key with neither holders nor waiters forgets its limit: one whose
-  -- queue was seen empty and that had no holder (nothing was granted on
-  -- it then), or, not looked at, one that counts none.
-  for key, k in pairs(keyed) do
-    if k.held == 0 and not k.live then
-      if k.empty or (redis.call('ZLEXCOUNT', K_HOLDS, lo(key), hi(key)) == 0
-          and redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key)) == 0) then
-        redis.call('HDEL', K_LIMITS, key)
-      end
-    end
+    if e and e.s == 'w' and eligible(e) then grant(e, true, nil, true) end
   end
 end
 
--- reap removes up to REAP_MAX entries whose deadline passed, holders
--- first (a dead holder blocks its keys; a dead waiter only those behind
--- it, and scan passes over it), and grants what that frees. It returns
--- whether it removed every expired one, and how many expired entries
--- the step removed so far.
-local function reap()
-  local touched, left = {}, REAP_MAX
-  for _, k in ipairs({K_HELD, K_WAITING}) do
-    local ids = redis.call('ZRANGEBYSCORE', k, '-inf', NOW, 'LIMIT', 0, left)
-    for _, id in ipairs(ids) do
-      local e = load(id)
-      if e then expire(e, touched) else redis.call('ZREM', k, id) end
-    end
-    left = left - #ids
-    if left == 0 then break end
+-- expiring returns the ids whose deadline passed (at most REAP_MAX), from
+-- the one query that also says the deadlines key is whole (its marker,
+-- scored -inf, comes first). whole is false when it is not.
+local function expiring()
+  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', NOW, 'LIMIT', 0, REAP_MAX + 1)
+  if ids[1] ~= '\0' then return {}, false end
+  table.remove(ids, 1)
+  return ids, true
+end
+
+-- reap removes up to REAP_MAX entries whose deadline passed, and grants
+-- what that frees. ids: those expiring returned, when the step asked
+-- already. It returns whether it removed every expired one, and how many
+-- expired entries the step removed so far.
+local function reap(ids)
+  if not ids then ids = expiring() end
+  local touched = {}
+  for _, id in ipairs(ids) do
+    local e = load(id)
+    if e then expire(e, touched) else redis.call('ZREM', K_DEADLINES, id) end
   end
   scan(touched)
-  return left > 0, expired
+  return #ids < REAP_MAX, expired
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},
@@ -505,11 +642,13 @@ local function status(e, positions)
   return {e.id, 'w', detail, e.q}
 end
 
--- finish publishes one hint per owner, a JSON list: {"id", "q": sequence
--- number, "x": tokens, "g": grant time (ms)} for each of its entries this
--- step granted (the owner may take the grant from it without asking), and
--- {"id"} for each removed or taken over by someone else (the owner asks).
+-- finish writes the key records that changed and publishes one hint per
+-- owner, a JSON list: {"id", "q": sequence number, "x": tokens, "g": grant
+-- time (ms)} for each of its entries this step granted (the owner may take
+-- the grant from it without asking), and {"id"} for each removed or taken
+-- over by someone else (the owner asks).
 local function finish()
+  flush()
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then

@@ -4,7 +4,7 @@
 -- entries that held the call's lanes, as release.lua does (a call's
 -- outcome and its lanes' hand-off are never seen apart).
 --
--- KEYS: the ten of lib.lua, then [11] the run's records: a hash,
+-- KEYS: the seven of lib.lua, then [8] the run's records: a hash,
 --       <prefix>:{ns}:run:<run id>, call id -> value, kept for the
 --       retention after its last record.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] the caller's owner id,
@@ -15,7 +15,7 @@
 --        "w", "g" or "f"}, {ids granted}}, as release.lua.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
-if #KEYS ~= 11 then return badarg('keys', 'expected 11 keys, got ' .. #KEYS) end
+if #KEYS ~= 8 then return badarg('keys', 'expected 8 keys, got ' .. #KEYS) end
 local by, call, value = ARGV[3], ARGV[4], ARGV[5]
 if not id_ok(by) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 if type(call) ~= 'string' or call == '' or not field_ok(call) then
@@ -29,25 +29,27 @@ for i = 7, #ARGV do
   if not id_ok(ARGV[i]) then return badarg('id', 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 end
 
-local _, err = check(false)
+local list = {}
+for i = 7, #ARGV do list[#list + 1] = ARGV[i] end
+local err = open(false, {}, list) or full(false)
 if err then return err end
 if EPOCH then reap() end -- an entry past its deadline is gone, not released
 local touched, was, ids = {}, {}, {}
-for i = 7, #ARGV do
-  local id = ARGV[i]
-  local e = EPOCH and load(id)
+for _, id in ipairs(list) do
+  local e
+  if EPOCH then e = load(id) end
   if e and e.o == by then
     was[#was + 1] = e.s
     remove(e, touched)
-  elseif tonumber(redis.call('ZSCORE', K_TOMBS, 'f\0' .. id) or '0') > NOW then
+  elseif EPOCH and tombed(id, 'f') then
     was[#was + 1] = 'f'
   else
     was[#was + 1] = 'g'
   end
 end
 if EPOCH then scan(touched) end
-redis.call('HSET', KEYS[11], call, value)
-redis.call('PEXPIRE', KEYS[11], retention)
+redis.call('HSET', KEYS[8], call, value)
+redis.call('PEXPIRE', KEYS[8], retention)
 
 for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
 finish()

@@ -3,7 +3,7 @@
 -- Used for release, for cancel, for settling a step whose reply was lost,
 -- and for `lanectl release --force`.
 --
--- KEYS: the ten of lib.lua.
+-- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] the caller's owner id
 --       ("" for an operator), [4] tombstone lifetime (ms, 0 to MAX_TTL),
 --       [5...] 1 to MAX_STEP_REQUESTS entry ids.
@@ -28,24 +28,64 @@ for i = 5, #ARGV do
   if not id_ok(ARGV[i]) then return badarg('id', 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 end
 
-local _, err = check(false)
+local list = {}
+for i = 5, #ARGV do list[#list + 1] = ARGV[i] end
+local err = open(false, {}, list)
 if err then return err end
-if EPOCH then reap() end -- an entry past its deadline is gone, not released
+
+-- The lean path: an owner releasing leases it holds, that lend nothing,
+-- borrow nothing and were not nested, on keys nobody waits for, while
+-- nothing has expired: each holder leaves its key records, its entry and
+-- its deadline, and nothing is scanned.
+local exp, whole = {}, false
+if EPOCH then exp, whole = expiring() end
+local lean = EPOCH and whole and #exp == 0 and by ~= '' and tomb == 0
+local es, keys, seen = {}, {}, {}
+for _, id in ipairs(list) do
+  if not lean then break end
+  local e = load(id)
+  if seen[id] or not e or e.o ~= by or e.s ~= 'h' or e.b or e.l or e.r then
+    lean = false
+  else
+    seen[id] = true
+    es[#es + 1] = e
+    for _, kl in ipairs(e.k) do keys[#keys + 1] = kl[1] end
+  end
+end
+if lean then
+  prefetch(keys)
+  for _, key in ipairs(keys) do
+    if kget(key).w > 0 then lean = false end
+  end
+end
+if lean then
+  local was = {}
+  for i, e in ipairs(es) do
+    was[i] = 'h'
+    remove(e, {})
+  end
+  finish()
+  return {EPOCH, was, {}}
+end
+
+err = full(by ~= '' and tomb > 0) -- a settle's tombstones need a state to live in
+if err then return err end
 local touched, was, ids = {}, {}, {}
-for i = 5, #ARGV do
-  local id = ARGV[i]
-  local e = EPOCH and load(id)
+if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
+for _, id in ipairs(list) do
+  local e
+  if EPOCH then e = load(id) end
   if e and (by == '' or e.o == by) then
     was[#was + 1] = e.s
     remove(e, touched)
     if e.o ~= by then told[#told + 1] = {e.o, e.id} end
-    if by == '' and tomb > 0 then redis.call('ZADD', K_TOMBS, NOW + tomb, 'f\0' .. id) end
-  elseif by ~= '' and tonumber(redis.call('ZSCORE', K_TOMBS, 'f\0' .. id) or '0') > NOW then
+    if by == '' and tomb > 0 then entomb(id, 'f', tomb) end
+  elseif by ~= '' and EPOCH and tombed(id, 'f') then
     was[#was + 1] = 'f'
   else
     was[#was + 1] = 'g'
   end
-  if by ~= '' and tomb > 0 then redis.call('ZADD', K_TOMBS, NOW + tomb, 's\0' .. id) end
+  if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
 end
 if EPOCH then scan(touched) end
 
