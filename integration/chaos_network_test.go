@@ -74,12 +74,13 @@ func TestChaosDroppedReplies(t *testing.T) {
 			retried++
 		}
 	}
-	t.Logf("sequence grew by %d: %d entries sent, %d placed, %d of them after a retry", seq1-seq0, sent, placed, retried)
-	if retried == 0 {
-		s.violation("scenario", "no Enqueue step was retried: the dropped replies missed the enqueues")
-	}
-	if n := int(seq1 - seq0); n > sent || n < placed {
-		s.violation("idempotency", "the sequence number grew by %d for %d entries sent (%d placed): an entry was enqueued twice or lost", n, sent, placed)
+	// A Session sends a step whose reply was lost again itself (the
+	// worker sees one Enqueue); entries granted when they arrive take no
+	// sequence number. So the sequence grows by at most the entries sent:
+	// more would mean one was enqueued twice.
+	t.Logf("sequence grew by %d: %d entries sent, %d placed, %d of them after a retry by the worker", seq1-seq0, sent, placed, retried)
+	if n := int(seq1 - seq0); n > sent {
+		s.violation("idempotency", "the sequence number grew by %d for %d entries sent (%d placed): an entry was enqueued twice", n, sent, placed)
 	}
 	s.finish(chaos.Options{})
 }
