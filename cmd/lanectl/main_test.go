@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/redislane"
 )
@@ -136,7 +137,7 @@ func (s *server) close(del bool) {
 	s.closed = true
 	s.b.Close()
 	if del {
-		s.c.Del(context.Background(), s.b.Keys()...)
+		redistest.Delete(s.c, s.b) // the state, fencing counters and run records
 	}
 	s.c.Close()
 }
