@@ -64,6 +64,39 @@
 // without running them again and reports a call in flight when its
 // process died as safe_to_retry or indeterminate.
 //
+// # lanectl batch
+//
+// `lanectl batch --tools FILE (--calls FILE | --resume FILE)` runs one
+// response's calls with this configuration. Its flags: --tenant T (the
+// per_tenant lane); --run-id ID (the entries' and records' id; started
+// again with the same id, a batch returns the settled calls' outcomes,
+// "stored", and runs no settled or in-flight call again); --ttl D (the
+// lease TTL); --deadline D (ends the whole run D after its start: queued
+// calls never dispatched, running ones cancelled); --checkpoint FILE
+// (where SIGUSR1, which pauses the batch, writes the checkpoint of the
+// rest: running calls finish, none starts); --resume FILE (goes on from
+// such a checkpoint, in place of --calls); --local (lanes in the process);
+// --no-lanes; --events; --json. With --json it prints one object per call,
+// in call order:
+//
+//	{"id", "tool", "status", "code", "output", "error", "queued_ms",
+//	 "ran_ms", "tokens", "stored", "operations"}
+//
+// status is one of sched's Status values (ok, error, timed_out,
+// never_dispatched, safe_to_retry, indeterminate, interrupted); code, ""
+// for ok, is one of sched's Code values, stable across releases:
+// TOOL_ERROR, TOOL_UNKNOWN, TOOL_DISABLED, TOOL_BAD_CALL_ID,
+// TOOL_BAD_ARGUMENTS, TOOL_DECLINED, TOOL_REWRITE_FAILED, TOOL_LOCK_KEYS,
+// TOOL_LOCK_CYCLE, TOOL_LIMIT_MISMATCH, TOOL_UNAVAILABLE,
+// TOOL_LANES_ERROR, TOOL_RUN_CONFLICT, TOOL_TIMEOUT,
+// TOOL_NEVER_DISPATCHED, TOOL_SAFE_TO_RETRY, TOOL_INDETERMINATE,
+// TOOL_INTERRUPTED, TOOL_OUTPUT_NOT_STORED; stored is true for an outcome
+// read from the run's records rather than run now; operations, only for a
+// call that fanned out, holds one object of the same shape per operation
+// (id CALL#N), in written order.
+//
+// # Lock keys
+//
 // A lock key template puts the top-level argument NAME, a string or a
 // number, in place of {NAME}. A template that starts with "file:" maps the
 // rest through sched.FileKey against the workspace: the path the kernel

@@ -339,3 +339,27 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 		t.Errorf("LoadConfig(bad) = %q; want it to start with %q", err, want)
 	}
 }
+
+// The README's TOML example of lanectl batch is a configuration that
+// parses, with the safety the README says of each tool.
+func TestREADMEExampleParses(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "\n```toml\n[runner]")
+	src, _, closed := strings.Cut(rest, "\n```")
+	if !ok || !closed {
+		t.Fatal("README.md has no ```toml block that starts with [runner]")
+	}
+	cfg := parse(t, "[runner]"+src, t.TempDir())
+	if cfg.Runner.Unmarked != sched.UnmarkedBarrier || cfg.Runner.Retention != 24*time.Hour {
+		t.Errorf("README runner = %+v", cfg.Runner)
+	}
+	w := cfg.Tools["write_file"]
+	for args, want := range map[string]bool{`{"path": "a", "mode": "append"}`: true, `{"path": "a", "mode": "truncate"}`: false} {
+		if got, _ := w.Safe(json.RawMessage(args)); got != want {
+			t.Errorf("README write_file safe_if(%s) = %v; want %v", args, got, want)
+		}
+	}
+}
