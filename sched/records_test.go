@@ -287,3 +287,29 @@ func TestCheckpointJSONAndResumeOptions(t *testing.T) {
 		}
 	})
 }
+
+// An output larger than a run record holds (lanes.MaxRecordLen) is left
+// out of the record: the call, run again with the same run id, is not run
+// again and keeps its status, with TOOL_OUTPUT_NOT_STORED and an empty
+// output. In memory, on miniredis and on real Redis.
+func TestStoredOutcomeWithoutItsLargeOutput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		big := strings.Repeat("x", lanes.MaxRecordLen+1)
+		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			log.ran(inv.CallID)
+			return big, nil
+		}
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{"t": {ReadOnlyHint: true, Run: body}}})
+		first := e.run(s, calls("c:t"), sched.Options{RunID: "big-run"})
+		again := e.run(s, calls("c:t"), sched.Options{RunID: "big-run"})
+		if o := first.Outcomes[0]; o.Status != sched.OK || len(o.Output) != len(big) {
+			t.Fatalf("first run: %s, %d bytes", o.Status, len(o.Output))
+		}
+		o := again.Outcomes[0]
+		if o.Status != sched.OK || !o.Stored || o.Code != sched.CodeOutputNotStored || o.Output != "" || log.times("c") != 1 {
+			t.Fatalf("again: %s stored=%v code=%q output %d bytes, ran %d times; want ok, stored, %s, no output, ran once",
+				o.Status, o.Stored, o.Code, len(o.Output), log.times("c"), sched.CodeOutputNotStored)
+		}
+	})
+}

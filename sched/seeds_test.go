@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -289,4 +290,13 @@ func TestOutcomeCodes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// RFD 129: no default on tools."*"; a Config that names a tool "*" is
+// refused, saying why.
+func TestNoDefaultTool(t *testing.T) {
+	err := sched.Config{Tools: map[string]sched.Tool{"*": {Run: func(context.Context, sched.Invocation) (string, error) { return "", nil }}}}.Validate()
+	if !errors.Is(err, sched.ErrConfig) || !strings.Contains(err.Error(), "a default for every tool is not supported") {
+		t.Fatalf("Validate() = %v; want a configuration error about the default tool", err)
+	}
 }

@@ -283,3 +283,49 @@ func TestBatchKeyedToolsRunBesideEachOther(t *testing.T) {
 		s.assertEmpty(t)
 	})
 }
+
+// fileScript logs "start ID" and "end ID"; r1 waits, up to 20s, until r2
+// has started (and fails if it never does).
+const fileScript = `echo "start $LANES_CALL_ID" >> "$1"
+if [ "$LANES_CALL_ID" = r1 ]; then n=0; while ! grep -q "start r2" "$1"; do n=$((n+1)); [ $n -gt 400 ] && exit 3; sleep 0.05; done; fi
+echo "end $LANES_CALL_ID" >> "$1"`
+
+// Issue 11, part 4, Cogitator's isConcurrencySafe(args) as TOML: safe_if
+// is a CEL expression over the arguments. Two reads run beside each other
+// (r1 waits for r2 to start), the write is a barrier, and a call whose
+// arguments the expression cannot evaluate (no mode) is one too. With
+// --local, on miniredis and on real Redis.
+func TestBatchSafeIfFromArguments(t *testing.T) {
+	check := func(t *testing.T, global []string, flags ...string) {
+		dir := t.TempDir()
+		log := filepath.Join(dir, "file.log")
+		d := newBatchDir(t, fmt.Sprintf(`
+[tools.file]
+command = ["sh", "-c", %q, "sh", %q]
+safe_if = 'args.mode == "read"'
+`, fileScript, log))
+		file := d.calls(t, "openai-responses", toolCall{"r1", "file", `{"mode":"read"}`}, toolCall{"r2", "file", `{"mode":"read"}`},
+			toolCall{"w", "file", `{"mode":"write"}`}, toolCall{"r3", "file", `{"mode":"read"}`}, toolCall{"x", "file", `{}`}, toolCall{"r4", "file", `{"mode":"read"}`})
+		code, out, stderr := runBin(t, append(append(global, "batch", "--json", "--tools", d.tools, "--calls", file), flags...)...)
+		if code != 0 {
+			t.Fatalf("batch = %d, stderr %q; want 0", code, stderr)
+		}
+		for _, o := range decodeBatch(t, out) {
+			if o.Status != "ok" {
+				t.Fatalf("%s: %s %s", o.ID, o.Status, o.Error)
+			}
+		}
+		lines := logLines(t, log)
+		at := func(l string) int { return slices.Index(lines, l) }
+		for _, order := range [][2]string{{"end r1", "start w"}, {"end r2", "start w"}, {"end w", "start r3"}, {"end r3", "start x"}, {"end x", "start r4"}} {
+			if at(order[0]) > at(order[1]) {
+				t.Errorf("%q came after %q: %q", order[0], order[1], lines)
+			}
+		}
+	}
+	t.Run("local", func(t *testing.T) { check(t, nil, "--local") })
+	forEachServer(t, func(t *testing.T, s *server) {
+		check(t, s.args())
+		s.assertEmpty(t)
+	})
+}
