@@ -233,13 +233,21 @@ func TestCheckpointJSONAndResumeOptions(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 			return "read", nil
 		}
+		failed := make(chan struct{})
 		ask := func(ctx context.Context, inv sched.Invocation) (string, error) {
 			if a, ok := sched.Answer(ctx); ok {
 				return "answered " + a, nil
 			}
+			select { // f has failed when q asks
+			case <-failed:
+			case <-time.After(20 * time.Second):
+			}
 			return "", sched.Interrupt("go on?")
 		}
-		fail := func(context.Context, sched.Invocation) (string, error) { return "", errors.New("no such draft") }
+		fail := func(context.Context, sched.Invocation) (string, error) {
+			defer close(failed)
+			return "", errors.New("no such draft")
+		}
 		// f fails and q asks in the first phase; the barrier b and the
 		// reads after it are left for Resume.
 		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
