@@ -163,4 +163,3 @@ func (r *run) finishCall(i int) {
 	r.outcomes[i] = o
 	st.done = true
 }
-
