@@ -43,11 +43,11 @@ type record struct {
 // form when they are JSON, so that a run restarted from the same response
 // is recognised whatever the spacing.
 func argsDigest(args json.RawMessage) string {
-	var buf []byte
-	if compact, err := compactJSON(args); err == nil {
-		buf = compact
-	} else {
-		buf = args
+	buf := []byte(args)
+	if bytes.ContainsAny(buf, " \t\r\n") { // else compact already, or not JSON
+		if compact, err := compactJSON(args); err == nil {
+			buf = compact
+		}
 	}
 	sum := sha256.Sum256(buf)
 	return hex.EncodeToString(sum[:16])
@@ -59,6 +59,19 @@ func compactJSON(b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return out.Bytes(), nil
+}
+
+// digest is argsDigest of call i's arguments as given, worked out once.
+func (r *run) digest(i int) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.digests == nil {
+		r.digests = make([]string, len(r.orig))
+	}
+	if r.digests[i] == "" {
+		r.digests[i] = argsDigest(r.orig[i].Args)
+	}
+	return r.digests[i]
 }
 
 // loadRecords reads the run's records. A Session whose backend keeps none
@@ -107,7 +120,7 @@ func (r *run) fromRecord(i int, field string) *Outcome {
 	c, t := r.orig[i], r.s.cfg.Tools[r.orig[i].Tool]
 	o := &Outcome{CallID: c.ID, Tool: c.Tool, Stored: true}
 	switch {
-	case rec.Tool != "" && (rec.Tool != c.Tool || rec.Args != argsDigest(c.Args)):
+	case rec.Tool != "" && (rec.Tool != c.Tool || rec.Args != r.digest(i)):
 		o.Status, o.Code = Failed, CodeRunConflict
 		o.Err = fmt.Errorf("run %s has a record of call %s for another tool or other arguments: not run; give this batch another run id", r.o.RunID, c.ID)
 		o.Stored = false
@@ -139,7 +152,7 @@ func (r *run) fromRecord(i int, field string) *Outcome {
 // recordValue encodes a record of call i in state with outcome o (nil
 // for none), within lanes.MaxRecordLen: an output too large is left out.
 func (r *run) recordValue(i int, state string, o *Outcome) []byte {
-	rec := record{State: state, Tool: r.orig[i].Tool, Args: argsDigest(r.orig[i].Args)}
+	rec := record{State: state, Tool: r.orig[i].Tool, Args: r.digest(i)}
 	if o != nil {
 		oc := *o
 		oc.Stored = false

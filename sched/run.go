@@ -27,6 +27,7 @@ type run struct {
 
 	recording bool              // the backend keeps the run's records
 	recs      map[string]record // the records read at the start, by field
+	digests   []string          // per call, argsDigest once worked out (under mu)
 
 	// ctx ends when the batch fails (FailRun) or its caller's context ends:
 	// in-flight bodies are cancelled. admit is ctx's child that also ends at
