@@ -223,7 +223,12 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 		return
 	}
 	r.emit(Event{Kind: EventGranted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry, Tokens: lease.Tokens()})
-	if err := r.recordStart(lease.Context(), j.call, j.op); err != nil {
+	rctx, rcancel := context.WithCancel(r.ctx) // the record ends with the batch or the lease
+	unhookRecord := context.AfterFunc(lease.Context(), rcancel)
+	err = r.recordStart(rctx, j.call, j.op)
+	unhookRecord()
+	rcancel()
+	if err != nil {
 		_ = lease.Release(context.Background())
 		r.settleOp(j, Outcome{CallID: c.ID, Tool: c.Tool, Status: Failed, Code: codeOf(err), Err: err})
 		return

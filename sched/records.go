@@ -198,7 +198,18 @@ func (r *run) release(lease *lanes.Lease, j job, o *Outcome) {
 	if o.Status == Interrupted {
 		state = recInterrupted
 	}
-	err := lease.ReleaseRecording(ctx, r.o.RunID, r.recordField(j.call, j.op), r.recordValue(j.call, state, o), r.runner.retention())
+	field, value := r.recordField(j.call, j.op), r.recordValue(j.call, state, o)
+	if lease.Err() != nil || len(lease.Tokens()) == 0 {
+		// Lost, or it took no lane: nothing to hand off, only the record to
+		// store, within a bound (ReleaseRecording would try again for as
+		// long as the backend cannot be reached).
+		_ = lease.Release(ctx)
+		rctx, cancel := context.WithTimeout(ctx, lanes.DefaultReleaseTimeout)
+		defer cancel()
+		_ = r.s.session.Record(rctx, r.o.RunID, field, value, r.runner.retention())
+		return
+	}
+	err := lease.ReleaseRecording(ctx, r.o.RunID, field, value, r.runner.retention())
 	var inv *lanes.InvalidError
 	if errors.As(err, &inv) {
 		_ = lease.Release(ctx)
