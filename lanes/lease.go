@@ -264,10 +264,12 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	s.mu.Lock()
 	if err := l.errLocked(); err != nil {
 		s.mu.Unlock()
-		_ = retry(context.WithoutCancel(ctx), s.interval, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
+		_ = retry(rctx, s.interval, func(ctx context.Context) error {
 			_, err := step(ctx, nil) // a record, if step makes one
 			return err
 		})
+		cancel()
 		if errors.Is(err, ErrLeaseLost) {
 			return err
 		}
@@ -279,7 +281,9 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
 	if !inBackend {
-		return retry(context.WithoutCancel(ctx), s.interval, func(ctx context.Context) error {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
+		defer cancel()
+		return retry(rctx, s.interval, func(ctx context.Context) error {
 			_, err := step(ctx, nil) // it took no lane: only a record, if step makes one
 			return err
 		})

@@ -127,13 +127,19 @@ func (m *Memory) Record(ctx context.Context, owner string, ids []string, run, ca
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	now := m.now()
+	for id, r := range m.runs { // runs past their retention go, read again or not
+		if !r.expires.After(now) {
+			delete(m.runs, id)
+		}
+	}
 	r := m.runs[run]
-	if r == nil || !r.expires.After(m.now()) {
+	if r == nil {
 		r = &memRun{calls: map[string][]byte{}}
 		m.runs[run] = r
 	}
 	r.calls[call] = append([]byte(nil), value...)
-	r.expires = m.now().Add(retention)
+	r.expires = now.Add(retention)
 	return rel, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/sched"
 )
@@ -61,6 +62,33 @@ func BenchmarkBatch100ErrgroupSemaphore(b *testing.B) {
 			})
 		}
 		if err := g.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchCalls), "ns/call")
+}
+
+// BenchmarkBatch100SchedulerRedis is the same batch on the real Redis
+// server (skipped when none answers), each call on a concurrency key of
+// its own: what a call costs in round trips, its run records included.
+func BenchmarkBatch100SchedulerRedis(b *testing.B) {
+	ctx := context.Background()
+	s, err := lanes.NewSession(ctx, redistest.Backend(b, redistest.Client(b), "bench-"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	noop := func(context.Context, sched.Invocation) (string, error) { return "", nil }
+	sc, err := sched.New(sched.Config{Runner: sched.DefaultRunner(), Tools: map[string]sched.Tool{"noop": {Safe: safe, Concurrency: sched.Concurrency{Limit: 1000}, Run: noop}}}, s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs := make([]sched.Call, benchCalls)
+	for i := range cs {
+		cs[i] = sched.Call{ID: fmt.Sprintf("c%d", i), Tool: "noop", Args: []byte(`{}`)}
+	}
+	for b.Loop() {
+		if _, err := sc.Run(ctx, cs, sched.Options{}); err != nil {
 			b.Fatal(err)
 		}
 	}

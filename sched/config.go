@@ -87,8 +87,26 @@ func (p Policy) String() string {
 	return "surface"
 }
 
+// MarshalText writes "surface" or "fail_run".
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads "surface" or "fail_run"; anything else is an error
+// wrapping ErrConfig.
+func (p *Policy) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "surface", "":
+		*p = Surface
+	case "fail_run":
+		*p = FailRun
+	default:
+		return fmt.Errorf("%w: on_tool_error must be \"surface\" or \"fail_run\", not %q", ErrConfig, b)
+	}
+	return nil
+}
+
 // SafeFunc reports whether a call with these arguments may run beside the
-// other safe calls of its phase. An error means unsafe.
+// other calls of its phase. An error means unsafe. For a tool that fans
+// out, args is the call's whole argument array.
 type SafeFunc func(args json.RawMessage) (bool, error)
 
 // Always returns a SafeFunc that answers safe for every call.
@@ -97,8 +115,10 @@ func Always(safe bool) SafeFunc {
 }
 
 // LockKeysFunc names what a call changes: lock keys (each a lane of limit 1)
-// computed from its arguments, such as FileKey of the path it writes. An
-// error fails the call with "could not tell what the call changes".
+// computed from its arguments, such as FileKey of the path it writes. ctx
+// carries the call's CallInfo (run id, call id, tool, tenant, operation).
+// An error fails the call with "could not tell what the call changes"
+// (code CodeLockKeys); a panic is such an error.
 type LockKeysFunc func(ctx context.Context, args json.RawMessage) ([]string, error)
 
 // Body runs one execution of a tool: a call, or one operation of a
@@ -109,6 +129,7 @@ type Body func(ctx context.Context, inv Invocation) (string, error)
 
 // Invocation is what a Body gets about its execution.
 type Invocation struct {
+	RunID     string
 	CallID    string
 	Tool      string
 	Args      json.RawMessage // the call's arguments, or this operation's
@@ -139,12 +160,21 @@ type Invocation struct {
 }
 
 // Tool declares one tool of a Config.
+//
+// Whether a call is a barrier (a phase of its own: everything before it
+// has ended when it starts, nothing starts beside it) follows DESIGN.md
+// section 5: Safe decides when set (false written out keeps a barrier);
+// else ReadOnlyHint true means not a barrier; else a tool that declares
+// what it conflicts on (a concurrency key or limit, or LockKeys) is ordered
+// by its keys only, not a barrier: calls on other keys and keyless calls
+// run beside it; else, a tool that declares nothing is a barrier unless the
+// Runner says Unmarked: UnmarkedParallel.
 type Tool struct {
 	Concurrency Concurrency
-	// Safe decides whether a call may share its phase with other safe calls.
-	// Nil falls back to ReadOnlyHint (the MCP annotation); a tool that
-	// declares neither is unsafe.
-	Safe         SafeFunc
+	// Safe decides whether a call may share its phase with the calls around
+	// it; an error from it means unsafe. Nil leaves it to the rule above.
+	Safe SafeFunc
+	// ReadOnlyHint is the MCP annotation: with Safe nil, true means safe.
 	ReadOnlyHint bool
 	LockKeys     LockKeysFunc
 	// Idempotent tools are reported "safe to call again" when cancelled in
@@ -159,21 +189,88 @@ type Tool struct {
 	Run      Body
 }
 
+// declaresKeys reports whether t says what it conflicts on: a concurrency
+// key or limit (Unbounded with a key counts: it names the key), or lock
+// keys. `concurrency = 0`, the way a later layer lifts a limit, declares
+// nothing.
+func (t Tool) declaresKeys() bool {
+	return t.Concurrency.Key != "" || t.Concurrency.Limit > 0 || t.LockKeys != nil
+}
+
+// Unmarked says what the calls of a tool that declares nothing (no Safe,
+// no ReadOnlyHint, no concurrency key or lock keys) do: DESIGN.md section
+// 5. TOML: [runner] unmarked = "barrier" | "parallel".
+type Unmarked int
+
+const (
+	// UnmarkedBarrier makes such a call a barrier: a phase of its own (the
+	// default; Cogitator's rule).
+	UnmarkedBarrier Unmarked = iota
+	// UnmarkedParallel lets such calls run together with the calls around
+	// them (the Python runner's rule, whose parallel_safe defaults to true).
+	UnmarkedParallel
+)
+
+func (u Unmarked) String() string {
+	if u == UnmarkedParallel {
+		return "parallel"
+	}
+	return "barrier"
+}
+
+// MarshalText writes "barrier" or "parallel".
+func (u Unmarked) MarshalText() ([]byte, error) { return []byte(u.String()), nil }
+
+// UnmarshalText reads "barrier" or "parallel"; anything else is an error
+// wrapping ErrConfig.
+func (u *Unmarked) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "barrier", "":
+		*u = UnmarkedBarrier
+	case "parallel":
+		*u = UnmarkedParallel
+	default:
+		return fmt.Errorf("%w: unmarked must be \"barrier\" or \"parallel\", not %q", ErrConfig, b)
+	}
+	return nil
+}
+
 // Runner holds the settings of the runner: the turn, tool and tenant lanes,
-// whether calls run in parallel, and the failure policy.
+// whether calls run in parallel, the failure policy, what tools that
+// declare nothing do, and how long a run's outcomes are kept. Its JSON form
+// (in a Checkpoint) uses the TOML names.
 type Runner struct {
 	// MaxConcurrentTools bounds the turn lane: executions of one batch at
 	// once. 0 means DefaultMaxConcurrentTools.
-	MaxConcurrentTools int
+	MaxConcurrentTools int `json:"max_concurrent_tools,omitempty"`
 	// PerTool bounds each named tool across every run sharing the lanes.
-	PerTool map[string]int
+	PerTool map[string]int `json:"per_tool,omitempty"`
 	// PerTenant bounds one tenant across all its runs; 0 is unbounded.
-	PerTenant int
+	PerTenant int `json:"per_tenant,omitempty"`
 	// Sequential runs one call at a time, in order, safe or not: TOML's
 	// parallel_tool_calls = false. By default consecutive safe calls run
 	// together (rule 3).
-	Sequential  bool
-	OnToolError Policy
+	Sequential  bool   `json:"sequential,omitempty"`
+	OnToolError Policy `json:"on_tool_error"`
+	// Unmarked says whether the calls of a tool that declares nothing
+	// about itself are barriers (the default) or run with the others.
+	Unmarked Unmarked `json:"unmarked"`
+	// Retention is how long the outcomes of a run are kept by run id and
+	// call id, so that a run restarted with the same id does not run a
+	// finished call again (rule 7): 0 means DefaultRetention; at most
+	// lanes.MaxRetention. In JSON, nanoseconds.
+	Retention time.Duration `json:"retention,omitempty"`
+}
+
+// DefaultRetention is how long a run's outcomes are kept when
+// Runner.Retention is 0.
+const DefaultRetention = 24 * time.Hour
+
+func (r Runner) retention() time.Duration {
+	if r.Retention <= 0 {
+		return DefaultRetention
+	}
+	return r.Retention
 }
 
 // DefaultRunner is the Runner a TOML configuration starts from, the same
@@ -192,14 +289,21 @@ func (r Runner) turn() int {
 
 // NarrowedTo returns r narrowed by o, as an agent narrows its runner: the
 // smaller of each limit (where 0 means unbounded for PerTool and PerTenant),
-// sequential if either is, and FailRun if either asks for it.
-// It never widens r.
+// sequential if either is, and FailRun if either asks for it; Unmarked and
+// Retention stay r's. It never widens r.
+//
+// A run narrowed this way takes its narrower PerTenant and PerTool limits
+// as lanes of its own, beside the shared ones, which keep r's limits
+// (DESIGN.md section 5): narrowing bounds that run alone and never changes
+// the limit recorded on a shared lane.
 func (r Runner) NarrowedTo(o Runner) Runner {
 	out := Runner{
 		MaxConcurrentTools: min(r.turn(), o.turn()),
 		PerTenant:          minBound(r.PerTenant, o.PerTenant),
 		Sequential:         r.Sequential || o.Sequential,
 		OnToolError:        max(r.OnToolError, o.OnToolError),
+		Unmarked:           r.Unmarked,
+		Retention:          r.Retention,
 	}
 	if len(r.PerTool)+len(o.PerTool) > 0 {
 		out.PerTool = map[string]int{}
@@ -254,6 +358,10 @@ func (c Config) Validate() error {
 	claims := map[string][]claim{}
 	for _, n := range names {
 		t := c.Tools[n]
+		if n == "*" {
+			add(`tool "*": a default for every tool is not supported; whether a tool's calls conflict depends on what it does (RFD 129), so declare each tool`)
+			continue
+		}
 		if err := lanes.ValidateEntryID(n); err != nil || len(n) > lanes.MaxFieldLen {
 			add("tool name %.60q must be 1 to %d printable bytes without spaces", n, lanes.MaxFieldLen)
 			continue
@@ -303,6 +411,12 @@ func (c Config) Validate() error {
 		}
 	}
 	r := c.Runner
+	if r.Retention < 0 || r.Retention > lanes.MaxRetention || (r.Retention > 0 && r.Retention < time.Millisecond) {
+		add("runner: retention %v is out of range 1ms..%v (0: %v)", r.Retention, lanes.MaxRetention, DefaultRetention)
+	}
+	if r.Unmarked != UnmarkedBarrier && r.Unmarked != UnmarkedParallel {
+		add("runner: unmarked %d is neither barrier nor parallel", int(r.Unmarked))
+	}
 	if r.MaxConcurrentTools < 0 {
 		add("runner: max_concurrent_tools %d is negative", r.MaxConcurrentTools)
 	}

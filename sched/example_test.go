@@ -63,3 +63,37 @@ func Example() {
 	// c3 rfd_renumber ok: 007 → 010
 	// renumbered in order: [c1 c3]
 }
+
+// The simple case in one call: tools that declare only a concurrency key
+// are ordered by that key alone (DESIGN.md section 5), so the two keys run
+// beside each other while each key's calls keep their written order.
+func ExampleRun() {
+	var mu sync.Mutex
+	order := map[string][]string{}
+	edit := func(ctx context.Context, inv sched.Invocation) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		order[inv.Tool] = append(order[inv.Tool], inv.CallID)
+		return "edited", nil
+	}
+	res, err := sched.Run(context.Background(), sched.Config{Tools: map[string]sched.Tool{
+		"rfd_renumber": {Concurrency: sched.Concurrency{Key: "rfd"}, Run: edit},
+		"gh_comment":   {Concurrency: sched.Concurrency{Key: "github", Limit: 4}, Run: edit},
+	}}, []sched.Call{
+		{ID: "r1", Tool: "rfd_renumber", Args: json.RawMessage(`{}`)},
+		{ID: "g1", Tool: "gh_comment", Args: json.RawMessage(`{}`)},
+		{ID: "r2", Tool: "rfd_renumber", Args: json.RawMessage(`{}`)},
+	}, sched.Options{})
+	if err != nil {
+		panic(err)
+	}
+	for _, o := range res.Outcomes {
+		fmt.Println(o.CallID, o.Status)
+	}
+	fmt.Println("rfd in order:", order["rfd_renumber"])
+	// Output:
+	// r1 ok
+	// g1 ok
+	// r2 ok
+	// rfd in order: [r1 r2]
+}

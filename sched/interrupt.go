@@ -2,12 +2,12 @@ package sched
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // errStopped ends the wait of a call whose batch or call stopped as it was
@@ -85,27 +85,6 @@ func (c *children) wait() {
 	<-ch
 }
 
-// safeRun runs a tool body, turning a panic into the call's error: one
-// tool's bug fails its call, not the process.
-func safeRun(run Body, ctx context.Context, inv Invocation) (out string, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			out, err = "", fmt.Errorf("tool %s panicked: %v", inv.Tool, p)
-		}
-	}()
-	return run(ctx, inv)
-}
-
-// safeLockKeys runs a LockKeysFunc, turning a panic into an error.
-func safeLockKeys(f LockKeysFunc, ctx context.Context, args json.RawMessage) (keys []string, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			keys, err = nil, fmt.Errorf("panicked: %v", p)
-		}
-	}()
-	return f(ctx, args)
-}
-
 // Ask puts a question to a person from inside a tool body and waits for the
 // answer. The call keeps its lanes meanwhile: it may have done part of its
 // work, and another call slipping in would see half of it (rule 5). It
@@ -135,14 +114,22 @@ func Answer(ctx context.Context) (string, bool) {
 }
 
 // Checkpoint is a paused batch: the calls, the outcomes of those that ran,
-// the question, and the settings to resume with (rule 10).
+// the question, and the settings to resume with (rule 10). It survives a
+// JSON round trip (encoding/json, with the names of its tags): a process
+// may write it to a file and another resume it.
 type Checkpoint struct {
-	RunID    string
-	Runner   Runner
-	Calls    []Call
-	Outcomes []Outcome // per call; an empty Status for a call still to run
-	CallID   string    // the call that asked
-	Question string
+	RunID  string `json:"run_id"`
+	Tenant string `json:"tenant,omitempty"`
+	// Runner is the run's settings, narrowed as the run narrowed them.
+	Runner Runner `json:"runner"`
+	// Timeouts are the run's Options.Timeouts.
+	Timeouts map[string]time.Duration `json:"timeouts,omitempty"`
+	Calls    []Call                   `json:"calls"`
+	Outcomes []Outcome                `json:"outcomes"` // per call; an empty Status for a call still to run
+	// CallID is the call that asked Question; both are empty when the
+	// batch was paused from outside (Options.Pause).
+	CallID   string `json:"call_id,omitempty"`
+	Question string `json:"question,omitempty"`
 
 	resumed atomic.Bool // Resume runs a checkpoint once
 }
@@ -155,11 +142,16 @@ func (cp *Checkpoint) toRun(i int) bool {
 	return s == "" || s == Interrupted
 }
 
+// checkpoint returns the checkpoint of a halted run, or nil when no call
+// was left to run.
 func (r *run) checkpoint() *Checkpoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !slices.ContainsFunc(r.state, func(st *callState) bool { return st != nil && len(st.pending) > 0 }) {
+		return nil
+	}
 	cp := &Checkpoint{
-		RunID: r.o.RunID, Runner: r.runner, Calls: slices.Clone(r.calls),
+		RunID: r.o.RunID, Tenant: r.o.Tenant, Runner: r.runner, Timeouts: r.timeouts, Calls: slices.Clone(r.orig),
 		Outcomes: slices.Clone(r.outcomes), CallID: r.asker, Question: r.question,
 	}
 	for i, st := range r.state {
@@ -167,7 +159,7 @@ func (r *run) checkpoint() *Checkpoint {
 			continue
 		}
 		if st.fanned {
-			o := Outcome{CallID: r.calls[i].ID, Tool: r.calls[i].Tool, Status: Interrupted}
+			o := Outcome{CallID: r.calls[i].ID, Tool: r.calls[i].Tool, Status: Interrupted, Code: CodeInterrupted}
 			for _, res := range st.results {
 				if res != nil && res.Status != Interrupted {
 					o.Operations = append(o.Operations, *res)
@@ -183,10 +175,60 @@ func (r *run) checkpoint() *Checkpoint {
 	return cp
 }
 
-// Resume runs the rest of a paused batch in written order with the
-// checkpoint's settings, the interrupting call first in line with answer
-// (see Answer). The Result has every call's outcome, those of the first run
-// included.
+// watchPause halts the run when Options.Pause closes, and returns the
+// function that stops watching. Admissions also look at Pause themselves
+// (pollPause), so a call never starts after Pause closed, however late the
+// watcher runs.
+func (r *run) watchPause() (stop func()) {
+	if r.o.Pause == nil || r.pollPause() {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-r.o.Pause:
+			r.pollPause()
+		case <-quit:
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// pollPause halts the run if Options.Pause has closed (running calls
+// finish, none starts) and reports whether it has.
+func (r *run) pollPause() bool {
+	if r.o.Pause == nil {
+		return false
+	}
+	select {
+	case <-r.o.Pause:
+	default:
+		return false
+	}
+	r.mu.Lock()
+	r.paused = true
+	r.mu.Unlock()
+	r.halt(errPaused)
+	return true
+}
+
+// Resume runs the rest of a paused batch in written order, the interrupting
+// call first in line with answer (see Answer). The Result has every call's
+// outcome, those of the first run included.
+//
+// It runs with the checkpoint's settings (its run id, tenant, narrowed
+// Runner and Timeouts), unless o sets them: o.Narrow narrows the
+// Scheduler's Runner in place of the checkpoint's narrowing, o.Timeouts
+// replace the checkpoint's; a checkpoint's Runner never widens the
+// Scheduler's. o.RunID is ignored; an o.Tenant other than the checkpoint's
+// is refused. The run's records (rule 7) keep a call that settled, or was
+// in flight, from running twice, even when the same checkpoint is resumed
+// by two processes; within one process a Checkpoint value is resumed once.
+// Errors wrap ErrConfig for a checkpoint that does not fit the Scheduler.
 func (s *Scheduler) Resume(ctx context.Context, cp *Checkpoint, answer string, o Options) (*Result, error) {
 	if cp == nil || len(cp.Outcomes) != len(cp.Calls) {
 		return nil, fmt.Errorf("%w: not a checkpoint of this scheduler", ErrConfig)
@@ -194,7 +236,10 @@ func (s *Scheduler) Resume(ctx context.Context, cp *Checkpoint, answer string, o
 	if !cp.resumed.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("%w: this checkpoint was resumed already; resuming it again would run its calls twice", ErrConfig)
 	}
-	r := s.newRun(ctx, cp.Calls, o, cp, answer)
+	r, err := s.newRun(ctx, cp.Calls, o, cp, answer)
+	if err != nil {
+		return nil, err
+	}
 	ctx, span := s.startBatch(ctx, cp.Calls, r.o)
 	res, err := r.run(ctx)
 	endBatch(span, res)

@@ -115,6 +115,8 @@ func TestNestedCycleBetweenTwoRunners(t *testing.T) {
 		t.Cleanup(func() { other.Close() })
 		var in atomic.Int32
 		both := make(chan struct{})
+		var codesMu sync.Mutex
+		var codes []sched.Code // of the nested calls
 		var sA, sB *sched.Scheduler
 		holder := func(s **sched.Scheduler, want string) sched.Body {
 			return func(ctx context.Context, inv sched.Invocation) (string, error) {
@@ -130,6 +132,9 @@ func TestNestedCycleBetweenTwoRunners(t *testing.T) {
 				if err != nil {
 					return "", err
 				}
+				codesMu.Lock()
+				codes = append(codes, res.Outcomes[0].Code)
+				codesMu.Unlock()
 				return "", res.Outcomes[0].Err
 			}
 		}
@@ -165,6 +170,9 @@ func TestNestedCycleBetweenTwoRunners(t *testing.T) {
 		}
 		if cycles != 1 || oks != 1 {
 			t.Fatalf("%d lock cycles and %d completions; want exactly one of each", cycles, oks)
+		}
+		if !slices.Contains(codes, sched.CodeLockCycle) {
+			t.Errorf("codes of the nested calls %v; want one %s", codes, sched.CodeLockCycle)
 		}
 	})
 }

@@ -33,19 +33,22 @@ type batchOptions struct {
 	global *globalOptions
 	open   opener
 
-	tools   string
-	calls   string
-	tenant  string
-	runID   string
-	ttl     time.Duration
-	local   bool
-	noLanes bool
-	events  bool
+	tools      string
+	calls      string
+	tenant     string
+	runID      string
+	ttl        time.Duration
+	deadline   time.Duration
+	checkpoint string
+	resume     string
+	local      bool
+	noLanes    bool
+	events     bool
 }
 
 func newBatchCommand(o *batchOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "batch --tools FILE --calls FILE [--tenant T] [--run-id ID] [--ttl D] [--local] [--events] [--json]",
+		Use:   "batch --tools FILE (--calls FILE | --resume FILE) [--tenant T] [--run-id ID] [--ttl D] [--deadline D] [--checkpoint FILE] [--local] [--events] [--json]",
 		Short: "Run the tool calls of one model response through the scheduler",
 		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
 OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
@@ -74,9 +77,22 @@ The lanes live in Redis (--redis), shared with every other batch of the
 namespace, or with --local in this process only. --events prints the
 scheduler's timeline to standard error.
 
-batch exits 0 once the batch ran, whatever its calls' outcomes; 65 when the
---tools or --calls file cannot be read or is not valid; 128+N when signal N
-cancelled the batch (its outcomes are printed first).`,
+Each call's outcome is kept by run id and call id as it settles (for the
+runner's retention, default 24h): batch started again with the same
+--run-id prints the settled calls' outcomes ("stored": true) without running
+them again, runs the calls that never started, and reports a call that was in
+flight when its process died as safe_to_retry or indeterminate, never running
+it again.
+
+--deadline D ends the whole run D after it starts: queued calls end
+never_dispatched, running ones are cancelled. SIGUSR1 pauses the batch:
+running calls finish, none starts, and the rest is written as a checkpoint
+(JSON) to --checkpoint FILE; batch --resume FILE goes on from it, with the
+same run id (--calls is not needed then).
+
+batch exits 0 once the batch ran or paused, whatever its calls' outcomes; 65
+when the --tools, --calls or --resume file cannot be read or is not valid;
+128+N when signal N cancelled the batch (its outcomes are printed first).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageErrorf("batch takes no arguments, got %q; name the files with --tools and --calls", args[0])
@@ -90,7 +106,10 @@ cancelled the batch (its outcomes are printed first).`,
 	f.StringVar(&o.calls, "calls", "", "JSON model response whose tool calls to run; - for standard input")
 	f.StringVar(&o.tenant, "tenant", "", "tenant the calls run for (the runner's per_tenant lane)")
 	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the batch's entries (at least 30ms); a tool is killed a tenth of it before its lanes could pass on")
-	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries (default: a random one); re-running with the same id keeps the calls' places")
+	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries and records (default: a random one); re-running with the same id keeps the calls' places and runs no settled call again")
+	f.DurationVar(&o.deadline, "deadline", 0, "end the whole run this long after it starts (queued calls never dispatched, running ones cancelled); 0: none")
+	f.StringVar(&o.checkpoint, "checkpoint", "", "where SIGUSR1 writes the checkpoint of the paused batch (JSON), for --resume")
+	f.StringVar(&o.resume, "resume", "", "go on from the checkpoint a SIGUSR1 wrote to this file, in place of --calls")
 	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
 	f.BoolVar(&o.events, "events", false, "print each scheduler event (queued, granted, started, finished) to standard error")
 	f.BoolVar(&o.noLanes, "no-lanes", false, "run every call at once, without lanes, in this process: to see what the lanes prevent")
@@ -102,10 +121,16 @@ func (o *batchOptions) complete() error {
 	switch {
 	case o.tools == "":
 		return usageErrorf("batch needs --tools FILE")
-	case o.calls == "":
-		return usageErrorf("batch needs --calls FILE (- for standard input)")
+	case o.calls == "" && o.resume == "":
+		return usageErrorf("batch needs --calls FILE (- for standard input), or --resume FILE")
+	case o.calls != "" && o.resume != "":
+		return usageErrorf("give --calls or --resume, not both: a checkpoint holds its calls")
 	case o.ttl < minLockTTL:
 		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
+	case o.deadline < 0:
+		return usageErrorf("--deadline must not be negative, got %v", o.deadline)
+	case o.noLanes && o.resume != "":
+		return usageErrorf("--no-lanes runs a batch without lanes; it cannot resume one")
 	}
 	if o.runID != "" {
 		req := lanes.Request{ID: o.runID + "/call"}
@@ -144,8 +169,21 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	if o.noLanes {
 		cfg, o.local = withoutLanes(cfg), true
 	}
-	calls, format, err := o.readCalls(cmd.InOrStdin())
-	if err != nil {
+	var (
+		calls  []sched.Call
+		format batch.Format
+		cp     *sched.Checkpoint
+		source = o.calls
+	)
+	if o.resume != "" {
+		if cp, err = readCheckpoint(o.resume); err != nil {
+			return &exitError{code: exitDataErr, err: err}
+		}
+		if o.runID != "" && o.runID != cp.RunID {
+			return usageErrorf("--run-id %q is not the checkpoint's run id %q", o.runID, cp.RunID)
+		}
+		calls, format, source = cp.Calls, "checkpoint", o.resume
+	} else if calls, format, err = o.readCalls(cmd.InOrStdin()); err != nil {
 		return &exitError{code: exitDataErr, err: err}
 	}
 
@@ -166,20 +204,44 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		return &exitError{code: exitDataErr, err: fmt.Errorf("%s: %w", o.tools, err)}
 	}
 
-	opts := sched.Options{RunID: o.runID, Tenant: o.tenant}
+	pause, stopPause := pauseOnSIGUSR1()
+	defer stopPause()
+	opts := sched.Options{RunID: o.runID, Tenant: o.tenant, Pause: pause}
 	start := time.Now()
 	if o.events {
 		stderr := cmd.ErrOrStderr()
-		fmt.Fprintf(stderr, "%8s  read %d tool calls (%s) from %s\n", "+0ms", len(calls), format, o.calls)
+		fmt.Fprintf(stderr, "%8s  read %d tool calls (%s) from %s\n", "+0ms", len(calls), format, source)
 		opts.OnEvent = func(e sched.Event) { printEvent(stderr, start, e) }
 	}
-	res, runErr := s.Run(ctx, calls, opts)
+	runCtx := ctx
+	if o.deadline > 0 {
+		var cancelRun context.CancelFunc
+		runCtx, cancelRun = context.WithTimeoutCause(ctx, o.deadline, fmt.Errorf("the run's --deadline of %v passed", o.deadline))
+		defer cancelRun()
+	}
+	var res *sched.Result
+	var runErr error
+	if cp != nil {
+		res, runErr = s.Resume(runCtx, cp, "", opts)
+	} else {
+		res, runErr = s.Run(runCtx, calls, opts)
+	}
 	s.Wait() // bodies cut off by a timeout or the cancellation: their lanes stay held until they return
 	closeErr := sess.Close()
 	if runErr != nil {
+		if errors.Is(runErr, sched.ErrConfig) {
+			return &exitError{code: exitDataErr, err: fmt.Errorf("%s: %w", source, runErr)}
+		}
 		return o.global.unavailable(runErr)
 	}
-	view := newBatchView(calls, res.Outcomes)
+	if res.Checkpoint != nil {
+		if o.checkpoint == "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "lanectl: warning: the batch paused, but without --checkpoint FILE its rest cannot be resumed")
+		} else if err := writeCheckpoint(o.checkpoint, res.Checkpoint); err != nil {
+			return err
+		}
+	}
+	view := newBatchView(calls, res)
 	if o.global.json {
 		err = printBatchJSON(cmd.OutOrStdout(), view)
 	} else {
@@ -256,43 +318,65 @@ func (o *batchOptions) setupError(ctx context.Context, err error) error {
 }
 
 // batchOutcome is one call's outcome as `batch --json` prints it: the
-// contract of its output.
+// contract of its output. Code is "" for ok; Operations is there only for
+// a call that fanned out, one outcome per operation in written order.
 type batchOutcome struct {
-	ID       string            `json:"id"`
-	Tool     string            `json:"tool"`
-	Status   string            `json:"status"`
-	Output   string            `json:"output"`
-	Error    string            `json:"error"`
-	QueuedMS int64             `json:"queued_ms"`
-	RanMS    int64             `json:"ran_ms"`
-	Tokens   map[string]uint64 `json:"tokens"`
+	ID         string            `json:"id"`
+	Tool       string            `json:"tool"`
+	Status     string            `json:"status"`
+	Code       string            `json:"code"`
+	Output     string            `json:"output"`
+	Error      string            `json:"error"`
+	QueuedMS   int64             `json:"queued_ms"`
+	RanMS      int64             `json:"ran_ms"`
+	Tokens     map[string]uint64 `json:"tokens"`
+	Stored     bool              `json:"stored"`
+	Operations []batchOutcome    `json:"operations,omitempty"`
 }
 
-// newBatchView returns the outcomes of calls in call order, as printed.
-func newBatchView(calls []sched.Call, outcomes []sched.Outcome) []batchOutcome {
+// newBatchView returns the outcomes of calls in call order, as printed. A
+// call left for a checkpoint is "interrupted".
+func newBatchView(calls []sched.Call, res *sched.Result) []batchOutcome {
 	view := make([]batchOutcome, len(calls))
 	for i, c := range calls {
-		v := batchOutcome{ID: c.ID, Tool: c.Tool, Status: string(sched.NeverDispatched), Tokens: map[string]uint64{}}
-		if i < len(outcomes) {
-			oc := outcomes[i]
-			if oc.Status != "" {
-				v.Status = string(oc.Status)
-			}
-			v.Output = oc.Output
-			if oc.Err != nil {
-				v.Error = oc.Err.Error()
-			}
-			v.QueuedMS, v.RanMS = oc.Queued.Milliseconds(), oc.Ran.Milliseconds()
-			for k, t := range oc.Tokens {
-				v.Tokens[k] = t
-			}
+		var oc sched.Outcome
+		if i < len(res.Outcomes) {
+			oc = res.Outcomes[i]
 		}
-		if v.Status != string(sched.OK) && v.Error == "" {
-			v.Error = "not run"
+		oc.CallID, oc.Tool = c.ID, c.Tool
+		switch {
+		case oc.Status == "" && res.Checkpoint != nil:
+			oc.Status, oc.Code = sched.Interrupted, sched.CodeInterrupted
+			oc.Err = errors.New("not run yet: the batch paused; --resume its checkpoint to run it")
+		case oc.Status == "":
+			oc.Status, oc.Code = sched.NeverDispatched, sched.CodeNeverStarted
 		}
-		view[i] = v
+		view[i] = outcomeView(oc)
 	}
 	return view
+}
+
+// outcomeView is one outcome as printed.
+func outcomeView(oc sched.Outcome) batchOutcome {
+	v := batchOutcome{ID: oc.CallID, Tool: oc.Tool, Status: string(oc.Status), Code: string(oc.Code), Output: oc.Output,
+		QueuedMS: oc.Queued.Milliseconds(), RanMS: oc.Ran.Milliseconds(), Tokens: map[string]uint64{}, Stored: oc.Stored}
+	if oc.Err != nil {
+		v.Error = oc.Err.Error()
+	}
+	for k, t := range oc.Tokens {
+		v.Tokens[k] = t
+	}
+	if v.Status != string(sched.OK) && v.Error == "" {
+		v.Error = "not run"
+	}
+	for op, o := range oc.Operations {
+		o.CallID, o.Tool = fmt.Sprintf("%s#%d", oc.CallID, op), oc.Tool
+		if o.Status == "" {
+			o.Status = sched.NeverDispatched
+		}
+		v.Operations = append(v.Operations, outcomeView(o))
+	}
+	return v
 }
 
 func printBatchJSON(w io.Writer, view []batchOutcome) error {
@@ -322,6 +406,12 @@ func printBatchTable(w io.Writer, view []batchOutcome) error {
 		if len(v.Tokens) > 0 {
 			line += "  tokens " + tokenList(v.Tokens)
 		}
+		if v.Code != "" {
+			line += "  " + v.Code
+		}
+		if v.Stored {
+			line += "  (stored: not run again)"
+		}
 		b.WriteString(strings.TrimRight(line, " ") + "\n")
 		if v.Output != "" {
 			lines := strings.Split(v.Output, "\n")
@@ -338,6 +428,16 @@ func printBatchTable(w io.Writer, view []batchOutcome) error {
 		}
 		if v.Error != "" {
 			b.WriteString("    error: " + printable(strings.ReplaceAll(v.Error, "\n", " ")) + "\n")
+		}
+		for _, op := range v.Operations {
+			line := "    operation " + cell(op.ID) + "  " + op.Status
+			if op.Code != "" {
+				line += "  " + op.Code
+			}
+			if op.Error != "" && op.Status != string(sched.OK) {
+				line += ": " + strings.ReplaceAll(op.Error, "\n", " ")
+			}
+			b.WriteString(printable(line) + "\n")
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -23,14 +23,17 @@ import (
 // batchJSON is the contract of `batch --json`, written out again here so
 // that a change of a tag in batch.go fails the tests.
 type batchJSON struct {
-	ID       string            `json:"id"`
-	Tool     string            `json:"tool"`
-	Status   string            `json:"status"`
-	Output   string            `json:"output"`
-	Error    string            `json:"error"`
-	QueuedMS int64             `json:"queued_ms"`
-	RanMS    int64             `json:"ran_ms"`
-	Tokens   map[string]uint64 `json:"tokens"`
+	ID         string            `json:"id"`
+	Tool       string            `json:"tool"`
+	Status     string            `json:"status"`
+	Code       string            `json:"code"`
+	Output     string            `json:"output"`
+	Error      string            `json:"error"`
+	QueuedMS   int64             `json:"queued_ms"`
+	RanMS      int64             `json:"ran_ms"`
+	Tokens     map[string]uint64 `json:"tokens"`
+	Stored     bool              `json:"stored"`
+	Operations []batchJSON       `json:"operations"`
 }
 
 // batchDir is a directory of tools for `lanectl batch`: tools.toml, the
@@ -226,7 +229,7 @@ func TestBatchJSONShape(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatalf("batch --json printed %q: %v", out, err)
 	}
-	fields := []string{"error", "id", "output", "queued_ms", "ran_ms", "status", "tokens", "tool"}
+	fields := []string{"code", "error", "id", "output", "queued_ms", "ran_ms", "status", "stored", "tokens", "tool"}
 	for i, o := range raw {
 		var keys []string
 		for k := range o {
@@ -236,7 +239,10 @@ func TestBatchJSONShape(t *testing.T) {
 		if !slices.Equal(keys, fields) {
 			t.Errorf("outcome %d has fields %v; want exactly %v", i, keys, fields)
 		}
-		for _, f := range []string{"id", "tool", "status", "output", "error"} {
+		if _, ok := o["stored"].(bool); !ok {
+			t.Errorf("outcome %d: stored = %#v; want a boolean", i, o["stored"])
+		}
+		for _, f := range []string{"id", "tool", "status", "code", "output", "error"} {
 			if _, ok := o[f].(string); !ok {
 				t.Errorf("outcome %d: %s = %#v; want a string", i, f, o[f])
 			}
@@ -252,8 +258,11 @@ func TestBatchJSONShape(t *testing.T) {
 	}
 	got := decodeBatch(t, out)
 	checkOutcomes(t, got, []want{{"c1", "rfd_renumber", "ok", ""}, {"c2", "fail", "error", "exit status 4"}})
-	if got[0].Error != "" || got[0].Tokens["concurrency:rfd"] != 1 || got[0].Output != `{"n":1}` {
-		t.Errorf("c1 = %+v; want no error, concurrency:rfd=1, its arguments as output", got[0])
+	if got[0].Error != "" || got[0].Code != "" || got[0].Tokens["concurrency:rfd"] != 1 || got[0].Output != `{"n":1}` {
+		t.Errorf("c1 = %+v; want no error, no code, concurrency:rfd=1, its arguments as output", got[0])
+	}
+	if got[1].Code != "TOOL_ERROR" || got[1].Stored {
+		t.Errorf("c2 = %+v; want code TOOL_ERROR, not stored", got[1])
 	}
 }
 
@@ -360,6 +369,12 @@ func TestBatchDataErrors(t *testing.T) {
 	notJSON := filepath.Join(d.dir, "not.json")
 	writeFile(t, notJSON, "tool_use: echo\n", 0o644)
 	missing := filepath.Join(d.dir, "missing")
+	star := filepath.Join(d.dir, "star.toml")
+	writeFile(t, star, batchTools+"\n[tools.\"*\"]\ncommand = [\"true\"]\nsafe = true\n", 0o644)
+	badCEL := filepath.Join(d.dir, "cel.toml")
+	writeFile(t, badCEL, batchTools+"\n[tools.file]\ncommand = [\"true\"]\nsafe_if = 'args.mode ==='\n", 0o644)
+	notCheckpoint := filepath.Join(d.dir, "not-a-checkpoint.json")
+	writeFile(t, notCheckpoint, `{"calls": [1]}`, 0o644)
 
 	for _, tt := range []struct {
 		name, tools, calls string
@@ -373,9 +388,17 @@ func TestBatchDataErrors(t *testing.T) {
 		{"tools file missing", missing, good, []string{"cannot read " + missing, "no such file"}},
 		{"calls file missing", d.tools, missing, []string{"cannot read " + missing, "no such file"}},
 		{"tools file a directory", d.dir, good, []string{"cannot read " + d.dir}},
+		{"a default for every tool", star, good, []string{star, `tools."*": a default for every tool is not supported`}},
+		{"malformed safe_if", badCEL, good, []string{badCEL, "tools.file.safe_if: is not a valid CEL expression"}},
+		{"resume from a file that is no checkpoint", d.tools, "resume:" + notCheckpoint, []string{notCheckpoint, "is not a checkpoint of lanectl batch"}},
+		{"resume from a missing file", d.tools, "resume:" + missing, []string{"cannot read the checkpoint " + missing, "no such file"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out, stderr := runBin(t, "batch", "--local", "--tools", tt.tools, "--calls", tt.calls)
+			from := []string{"--calls", tt.calls}
+			if f, ok := strings.CutPrefix(tt.calls, "resume:"); ok {
+				from = []string{"--resume", f}
+			}
+			code, out, stderr := runBin(t, append([]string{"batch", "--local", "--tools", tt.tools}, from...)...)
 			if code != exitDataErr || out != "" {
 				t.Errorf("batch = %d, stdout %q; want %d and nothing", code, out, exitDataErr)
 			}
@@ -400,6 +423,9 @@ func TestBatchUsageErrors(t *testing.T) {
 		{"batch", "--tools", d.tools, "--calls", calls, "--run-id", strings.Repeat("r", 200)},
 		{"batch", "--tools", d.tools, "--calls", calls, "--tenant", "bad\ntenant"},
 		{"batch", "--tools", d.tools, "--calls", calls, "--no-such-flag"},
+		{"batch", "--tools", d.tools, "--calls", calls, "--resume", calls},
+		{"batch", "--tools", d.tools, "--calls", calls, "--deadline", "-1s"},
+		{"batch", "--tools", d.tools, "--resume", calls, "--no-lanes"},
 	} {
 		code, _, stderr := runInProcess(t, args...)
 		if code != exitUsage {
@@ -463,7 +489,7 @@ func TestBatchHumanOutput(t *testing.T) {
 		`^toolu_long_id  lines         ok     queued \d+ms  ran \d+ms$`,
 		`^    1$`, `^    2$`, `^    3$`, `^    4$`, `^    5$`, `^    6$`, `^    7$`, `^    8$`, `^    9$`, `^    10$`,
 		`^    … 5 more lines \(--json prints the whole output\)$`,
-		`^toolu_3        fail          error  queued \d+ms  ran \d+ms$`,
+		`^toolu_3        fail          error  queued \d+ms  ran \d+ms  TOOL_ERROR$`,
 		`^    error: exit status 4: boom: toolu_3$`,
 	}
 	if len(lines) != len(patterns) {

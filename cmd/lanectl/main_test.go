@@ -138,7 +138,7 @@ func (s *server) close(del bool) {
 	s.closed = true
 	s.b.Close()
 	if del {
-		s.c.Del(context.Background(), s.b.Keys()...)
+		redistest.Delete(s.c, s.b) // the state, fencing counters and run records
 	}
 	s.c.Close()
 }

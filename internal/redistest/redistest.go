@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -115,7 +116,8 @@ func Namespace(prefix string) string {
 }
 
 // Backend returns a redislane Backend on c in a fresh namespace, and deletes
-// every key of that namespace (its fencing counters too) when t ends.
+// every key of that namespace (its fencing counters and run records too)
+// when t ends.
 func Backend(t testing.TB, c redis.UniversalClient, prefix string) *redislane.Backend {
 	t.Helper()
 	b, err := redislane.New(c, Namespace(prefix))
@@ -124,7 +126,31 @@ func Backend(t testing.TB, c redis.UniversalClient, prefix string) *redislane.Ba
 	}
 	t.Cleanup(func() {
 		b.Close()
-		c.Del(context.Background(), b.Keys()...)
+		Delete(c, b)
 	})
 	return b
+}
+
+// Delete deletes every key of b's namespace from c: its state, fencing
+// counters, and the hashes of its runs' records (<prefix>:{ns}:run:*,
+// which live until their retention otherwise).
+func Delete(c redis.UniversalClient, b *redislane.Backend) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	keys := b.Keys()
+	c.Del(ctx, keys...)
+	pattern := strings.TrimSuffix(keys[0], "entries") + "run:*"
+	var cursor uint64
+	for {
+		found, next, err := c.Scan(ctx, cursor, pattern, 500).Result()
+		if err != nil {
+			return
+		}
+		if len(found) > 0 {
+			c.Del(ctx, found...)
+		}
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
 }

@@ -12,6 +12,10 @@
 //	per_tool = { search = 4 }       # per declared tool; 0: unbounded
 //	parallel_tool_calls = true      # default true
 //	on_tool_error = "surface"       # or "fail_run"
+//	unmarked = "barrier"            # or "parallel": what a tool that declares
+//	                                # nothing does (see below); default "barrier"
+//	retention = "24h"               # how long a run's outcomes are kept by run
+//	                                # id and call id; 1ms to 720h; default 24h
 //	workspace = "."                 # root of relative file: lock keys and the
 //	                                # tools' working directory; relative to this
 //	                                # file's directory; default: the working directory
@@ -21,13 +25,77 @@
 //	                                       # taken against this file's directory,
 //	                                       # a bare name is looked up in PATH
 //	concurrency = { key = "rfd" }   # N | { key, limit } | { key } (limit 1) | 0
-//	safe = false                    # unset: read_only_hint decides
+//	safe = false                    # true: never a barrier; false: always one
+//	safe_if = 'args.mode == "read"' # instead of safe: a CEL expression over args
 //	read_only_hint = true           # the MCP annotation
 //	idempotent = true
 //	timeout = "10s"                 # a Go duration; counts the execution only
-//	fan_out = { on_error = "stop" } # or "continue"; also fan_out = true
+//	fan_out = { enabled = true, on_error = "stop" }  # on_error "continue" (default)
+//	                                # or "stop"; also fan_out = true
 //	enabled = false                 # disabled tools are still validated
 //	lock_keys = ["file:{path}", "draft:{id}"]
+//
+// Whether a call is a barrier (it runs alone: every call before it has
+// ended when it starts, none after it starts before it ends) follows
+// DESIGN.md section 5. safe, or safe_if, decides when written (safe =
+// false written out keeps a barrier); else read_only_hint = true makes the
+// tool safe; else a tool that declares what it conflicts on (concurrency
+// or lock_keys) is ordered by its keys only: calls on other keys and
+// keyless calls run beside it; else the tool declares nothing, and is a
+// barrier unless [runner] unmarked = "parallel".
+//
+// safe_if is a CEL expression (github.com/google/cel-go) over one
+// variable, args: the call's arguments as JSON gives them (a map for an
+// object, whole numbers as int, others as double; for a tool that fans
+// out, the list of its operations). The call is safe when it gives true.
+// An expression that fails to evaluate (a missing argument, a type
+// mismatch, more than MaxSafeIfCost) or gives anything but true means
+// unsafe; a malformed expression, or one that cannot give a boolean, is a
+// configuration error naming the tool. Use has(args.x) to test for an
+// argument.
+//
+// There is no [tools."*"]: whether a tool's calls conflict depends on what
+// the tool does (RFD 129), so a default for every tool is refused with an
+// error that says so.
+//
+// A run's outcomes are kept by run id and call id for retention after its
+// last one (in Redis, one hash per run; lanes.RunStore), so that `lanectl
+// batch --run-id ID` started again returns the settled calls' outcomes
+// without running them again and reports a call in flight when its
+// process died as safe_to_retry or indeterminate.
+//
+// # lanectl batch
+//
+// `lanectl batch --tools FILE (--calls FILE | --resume FILE)` runs one
+// response's calls with this configuration. Its flags: --tenant T (the
+// per_tenant lane); --run-id ID (the entries' and records' id; started
+// again with the same id, a batch returns the settled calls' outcomes,
+// "stored", and runs no settled or in-flight call again); --ttl D (the
+// lease TTL); --deadline D (ends the whole run D after its start: queued
+// calls never dispatched, running ones cancelled); --checkpoint FILE
+// (where SIGUSR1, which pauses the batch, writes the checkpoint of the
+// rest: running calls finish, none starts); --resume FILE (goes on from
+// such a checkpoint, in place of --calls); --local (lanes in the process);
+// --no-lanes; --events; --json. With --json it prints one object per call,
+// in call order:
+//
+//	{"id", "tool", "status", "code", "output", "error", "queued_ms",
+//	 "ran_ms", "tokens", "stored", "operations"}
+//
+// status is one of sched's Status values (ok, error, timed_out,
+// never_dispatched, safe_to_retry, indeterminate, interrupted); code, ""
+// for ok, is one of sched's Code values, stable across releases:
+// TOOL_ERROR, TOOL_UNKNOWN, TOOL_DISABLED, TOOL_BAD_CALL_ID,
+// TOOL_BAD_ARGUMENTS, TOOL_DECLINED, TOOL_REWRITE_FAILED, TOOL_LOCK_KEYS,
+// TOOL_LOCK_CYCLE, TOOL_LIMIT_MISMATCH, TOOL_UNAVAILABLE,
+// TOOL_LANES_ERROR, TOOL_RUN_CONFLICT, TOOL_TIMEOUT,
+// TOOL_NEVER_DISPATCHED, TOOL_SAFE_TO_RETRY, TOOL_INDETERMINATE,
+// TOOL_INTERRUPTED, TOOL_OUTPUT_NOT_STORED; stored is true for an outcome
+// read from the run's records rather than run now; operations, only for a
+// call that fanned out, holds one object of the same shape per operation
+// (id CALL#N), in written order.
+//
+// # Lock keys
 //
 // A lock key template puts the top-level argument NAME, a string or a
 // number, in place of {NAME}. A template that starts with "file:" maps the

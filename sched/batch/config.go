@@ -30,11 +30,14 @@ type (
 		ParallelToolCalls  toml.Primitive `toml:"parallel_tool_calls"`
 		OnToolError        toml.Primitive `toml:"on_tool_error"`
 		Workspace          toml.Primitive `toml:"workspace"`
+		Unmarked           toml.Primitive `toml:"unmarked"`
+		Retention          toml.Primitive `toml:"retention"`
 	}
 	toolTOML struct {
 		Command      toml.Primitive `toml:"command"`
 		Concurrency  toml.Primitive `toml:"concurrency"`
 		Safe         toml.Primitive `toml:"safe"`
+		SafeIf       toml.Primitive `toml:"safe_if"`
 		ReadOnlyHint toml.Primitive `toml:"read_only_hint"`
 		Idempotent   toml.Primitive `toml:"idempotent"`
 		Timeout      toml.Primitive `toml:"timeout"`
@@ -47,6 +50,7 @@ type (
 		Limit toml.Primitive `toml:"limit"`
 	}
 	fanOutTOML struct {
+		Enabled toml.Primitive `toml:"enabled"`
 		OnError toml.Primitive `toml:"on_error"`
 	}
 )
@@ -79,6 +83,12 @@ func ParseConfig(data []byte, dir string) (sched.Config, error) {
 			}
 			sort.Strings(names)
 			for _, n := range names {
+				if n == "*" {
+					// RFD 129: no default on tools."*"; whether calls
+					// conflict depends on what each tool does.
+					p.fail(toml.Key{"tools", n}, `a default for every tool is not supported: whether a tool's calls conflict depends on what the tool does (RFD 129), so declare each tool under its own name`)
+					continue
+				}
 				if t, ok := p.tool(n, tools[n], dir, workspace); ok {
 					cfg.Tools[n] = t
 				}
@@ -247,7 +257,46 @@ func (p *parser) runner(r *sched.Runner, v toml.Primitive, dir string) (workspac
 			workspace = p.workspace(f, s, dir)
 		}
 	}
+	if f := at(k, "unmarked"); p.has(f) {
+		if s, ok := p.string(f, rt.Unmarked); ok {
+			switch s {
+			case "barrier":
+				r.Unmarked = sched.UnmarkedBarrier
+			case "parallel":
+				r.Unmarked = sched.UnmarkedParallel
+			default:
+				p.fail(f, `must be "barrier" or "parallel", not %q`, s)
+			}
+		}
+	}
+	if f := at(k, "retention"); p.has(f) {
+		if d, ok := p.duration(f, rt.Retention); ok {
+			if d < time.Millisecond || d > lanes.MaxRetention {
+				p.fail(f, "%v is out of range 1ms..%v", d, lanes.MaxRetention)
+			} else {
+				r.Retention = d
+			}
+		}
+	}
 	return workspace
+}
+
+// duration decodes a Go duration written as a string, at least 0.
+func (p *parser) duration(k toml.Key, v toml.Primitive) (time.Duration, bool) {
+	s, ok := p.string(k, v)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	switch {
+	case err != nil:
+		p.fail(k, `%q is not a duration (write one like "10s" or "1m30s")`, s)
+	case d < 0:
+		p.fail(k, "%q is negative", s)
+	default:
+		return d, true
+	}
+	return 0, false
 }
 
 // workspace returns the absolute path of the workspace s, checked to be a
@@ -313,6 +362,18 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sch
 			t.Safe = sched.Always(b)
 		}
 	}
+	if f := at(k, "safe_if"); p.has(f) {
+		if s, ok := p.string(f, tt.SafeIf); ok {
+			switch fn, err := safeIf(s); {
+			case p.has(at(k, "safe")):
+				p.fail(f, "and safe are both set; give one")
+			case err != nil:
+				p.fail(f, "%v", err)
+			default:
+				t.Safe = fn
+			}
+		}
+	}
 	if f := at(k, "read_only_hint"); p.has(f) {
 		t.ReadOnlyHint, _ = p.bool(f, tt.ReadOnlyHint)
 	}
@@ -320,17 +381,7 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sch
 		t.Idempotent, _ = p.bool(f, tt.Idempotent)
 	}
 	if f := at(k, "timeout"); p.has(f) {
-		if s, ok := p.string(f, tt.Timeout); ok {
-			d, err := time.ParseDuration(s)
-			switch {
-			case err != nil:
-				p.fail(f, `%q is not a duration (write one like "10s" or "1m30s")`, s)
-			case d < 0:
-				p.fail(f, "%q is negative", s)
-			default:
-				t.Timeout = d
-			}
-		}
+		t.Timeout, _ = p.duration(f, tt.Timeout)
 	}
 	if f := at(k, "fan_out"); p.has(f) {
 		t.FanOut = p.fanOut(f, tt.FanOut)
@@ -395,7 +446,8 @@ func (p *parser) concurrency(k toml.Key, v toml.Primitive) (sched.Concurrency, b
 	}
 }
 
-// fanOut decodes true, false or { on_error = "continue" | "stop" }.
+// fanOut decodes true, false or { enabled = BOOL, on_error = "continue" |
+// "stop" }; enabled defaults to true in the table.
 func (p *parser) fanOut(k toml.Key, v toml.Primitive) *sched.FanOut {
 	switch x := p.value(k, v).(type) {
 	case bool:
@@ -409,6 +461,10 @@ func (p *parser) fanOut(k toml.Key, v toml.Primitive) *sched.FanOut {
 			return nil
 		}
 		fo := &sched.FanOut{}
+		enabled := true
+		if f := at(k, "enabled"); p.has(f) {
+			enabled, _ = p.bool(f, ft.Enabled)
+		}
 		if f := at(k, "on_error"); p.has(f) {
 			s, ok := p.string(f, ft.OnError)
 			switch {
@@ -420,6 +476,9 @@ func (p *parser) fanOut(k toml.Key, v toml.Primitive) *sched.FanOut {
 			default:
 				p.fail(f, `must be "continue" or "stop", not %q`, s)
 			}
+		}
+		if !enabled {
+			return nil
 		}
 		return fo
 	case nil:

@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -182,6 +183,17 @@ command = ["true"]
 concurrency = { key = "x" }
 `, []string{`concurrency key "x" has different limits`, "a says 0", "b says 1"}},
 		{"stop with unbounded concurrency", tool + "fan_out = { on_error = \"stop\" }", []string{"tool rfd_renumber", `fan_out.on_error = "stop" needs a concurrency limit of at least 1`}},
+		{"a default for every tool", "[tools.\"*\"]\ncommand = [\"true\"]\nsafe = true", []string{`tools."*": a default for every tool is not supported`, "declare each tool"}},
+		{"safe_if malformed", tool + "safe_if = 'args.mode == '", []string{"tools.rfd_renumber.safe_if: is not a valid CEL expression"}},
+		{"safe_if not a boolean", tool + "safe_if = '1 + 2'", []string{"tools.rfd_renumber.safe_if: gives int, not a boolean"}},
+		{"safe_if empty", tool + "safe_if = ' '", []string{"tools.rfd_renumber.safe_if: is empty"}},
+		{"safe_if a boolean", tool + "safe_if = true", []string{"tools.rfd_renumber.safe_if: must be a string"}},
+		{"safe_if and safe", tool + "safe = true\nsafe_if = 'true'", []string{"tools.rfd_renumber.safe_if: and safe are both set"}},
+		{"unmarked unknown", "[runner]\nunmarked = \"serial\"", []string{`runner.unmarked: must be "barrier" or "parallel", not "serial"`}},
+		{"retention not a duration", "[runner]\nretention = \"a day\"", []string{`runner.retention: "a day" is not a duration`}},
+		{"retention too long", "[runner]\nretention = \"8760h\"", []string{"runner.retention: 8760h0m0s is out of range 1ms..720h0m0s"}},
+		{"retention 0", "[runner]\nretention = \"0s\"", []string{"runner.retention: 0s is out of range"}},
+		{"fan_out enabled a string", tool + "fan_out = { enabled = \"yes\" }", []string{"tools.rfd_renumber.fan_out.enabled: must be true or false"}},
 		{"tool name with a space", "[tools.\"rfd renumber\"]\ncommand = [\"true\"]", []string{`tool name "rfd renumber" must be 1 to 256 printable bytes without spaces`}},
 		{"tool name with a line break", "[tools.\"a\\nb\"]\ncommand = [\"true\"]\ntimeout = 3", []string{`tools."a\nb".timeout: must be a string`}},
 	} {
@@ -197,6 +209,55 @@ concurrency = { key = "x" }
 				}
 			}
 		})
+	}
+}
+
+// Issue 11, part 4: the new keys. unmarked and retention on the runner,
+// safe_if as a CEL expression over the arguments (an evaluation error
+// means unsafe), fan_out = { enabled, on_error }.
+func TestParseConfigIssue11Keys(t *testing.T) {
+	cfg := parse(t, `
+[runner]
+unmarked = "parallel"
+retention = "36h"
+
+[tools.file]
+command = ["true"]
+safe_if = 'args.mode == "read" || (has(args.count) && args.count < 3)'
+
+[tools.fan]
+command = ["true"]
+concurrency = 1
+fan_out = { enabled = true, on_error = "stop" }
+
+[tools.nofan]
+command = ["true"]
+fan_out = { enabled = false, on_error = "continue" }
+`, "")
+	if r := cfg.Runner; r.Unmarked != sched.UnmarkedParallel || r.Retention != 36*time.Hour {
+		t.Errorf("Runner = %+v; want unmarked parallel, retention 36h", r)
+	}
+	safe := cfg.Tools["file"].Safe
+	for args, want := range map[string]bool{
+		`{"mode": "read"}`:                true,
+		`{"mode": "write"}`:               false,
+		`{"mode": "write", "count": 2}`:   true,
+		`{"mode": "write", "count": 2.0}`: true,
+		`{"mode": "write", "count": 3}`:   false,
+		`{}`:                              false, // no such key: an evaluation error, unsafe
+		`{"mode": 7}`:                     false, // a type mismatch
+		`[{"mode": "read"}]`:              false, // a fan-out's list
+	} {
+		got, err := safe(json.RawMessage(args))
+		if got != want {
+			t.Errorf("safe_if(%s) = %v, %v; want %v", args, got, err, want)
+		}
+	}
+	if fo := cfg.Tools["fan"].FanOut; fo == nil || fo.OnError != sched.Stop {
+		t.Errorf("fan: FanOut = %+v; want enabled, stop", fo)
+	}
+	if fo := cfg.Tools["nofan"].FanOut; fo != nil {
+		t.Errorf("nofan: FanOut = %+v; want none (enabled = false)", fo)
 	}
 }
 
@@ -276,5 +337,29 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	assertOneLine(t, err)
 	if want := bad + `: tools.a.timeout: "soon" is not a duration`; !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("LoadConfig(bad) = %q; want it to start with %q", err, want)
+	}
+}
+
+// The README's TOML example of lanectl batch is a configuration that
+// parses, with the safety the README says of each tool.
+func TestREADMEExampleParses(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "\n```toml\n[runner]")
+	src, _, closed := strings.Cut(rest, "\n```")
+	if !ok || !closed {
+		t.Fatal("README.md has no ```toml block that starts with [runner]")
+	}
+	cfg := parse(t, "[runner]"+src, t.TempDir())
+	if cfg.Runner.Unmarked != sched.UnmarkedBarrier || cfg.Runner.Retention != 24*time.Hour {
+		t.Errorf("README runner = %+v", cfg.Runner)
+	}
+	w := cfg.Tools["write_file"]
+	for args, want := range map[string]bool{`{"path": "a", "mode": "append"}`: true, `{"path": "a", "mode": "truncate"}`: false} {
+		if got, _ := w.Safe(json.RawMessage(args)); got != want {
+			t.Errorf("README write_file safe_if(%s) = %v; want %v", args, got, want)
+		}
 	}
 }

@@ -13,10 +13,10 @@ import (
 // accept.
 var (
 	topKeys         = []string{"runner", "tools"}
-	runnerKeys      = []string{"max_concurrent_tools", "per_tenant", "per_tool", "parallel_tool_calls", "on_tool_error", "workspace"}
-	toolKeys        = []string{"command", "concurrency", "safe", "read_only_hint", "idempotent", "timeout", "fan_out", "enabled", "lock_keys"}
+	runnerKeys      = []string{"max_concurrent_tools", "per_tenant", "per_tool", "parallel_tool_calls", "on_tool_error", "workspace", "unmarked", "retention"}
+	toolKeys        = []string{"command", "concurrency", "safe", "safe_if", "read_only_hint", "idempotent", "timeout", "fan_out", "enabled", "lock_keys"}
 	concurrencyKeys = []string{"key", "limit"}
-	fanOutKeys      = []string{"on_error"}
+	fanOutKeys      = []string{"enabled", "on_error"}
 )
 
 // unknownKeys reports, in file order, the keys no field took, and those a

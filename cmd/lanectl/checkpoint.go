@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/lanes-dev/lanes/sched"
+)
+
+// maxCheckpoint bounds the size of a --resume file: the calls of one model
+// response and their outcomes.
+const maxCheckpoint = 256 << 20
+
+// pauseOnSIGUSR1 returns a channel that closes when lanectl receives
+// SIGUSR1 (sched.Options.Pause), and the function that stops listening.
+// Later SIGUSR1s are ignored until then.
+func pauseOnSIGUSR1() (<-chan struct{}, func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	pause, quit, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-sig:
+			close(pause)
+		case <-quit:
+			return
+		}
+		for {
+			select {
+			case <-sig:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return pause, func() {
+		signal.Stop(sig)
+		close(quit)
+		<-done
+	}
+}
+
+// writeCheckpoint writes cp to path as JSON, in place of what path held,
+// readable by its owner only (it holds the calls' arguments). Another
+// process reading path sees the old file or the new one, never part of it.
+func writeCheckpoint(path string, cp *sched.Checkpoint) error {
+	data, err := json.MarshalIndent(cp, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cannot encode the checkpoint: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("cannot write the checkpoint %s: %w", path, pathErr(err))
+	}
+	_, err = tmp.Write(append(data, '\n'))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("cannot write the checkpoint %s: %w", path, pathErr(err))
+	}
+	return nil
+}
+
+// readCheckpoint reads a checkpoint that writeCheckpoint wrote.
+func readCheckpoint(path string) (*sched.Checkpoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the checkpoint %s: %w", path, pathErr(err))
+	}
+	defer f.Close()
+	var cp sched.Checkpoint
+	dec := json.NewDecoder(&limitReader{f: f, left: maxCheckpoint})
+	if err := dec.Decode(&cp); err != nil {
+		return nil, fmt.Errorf("%s is not a checkpoint of lanectl batch: %v", path, err)
+	}
+	if cp.RunID == "" || len(cp.Calls) != len(cp.Outcomes) {
+		return nil, fmt.Errorf("%s is not a checkpoint of lanectl batch: it needs a run_id and one outcome per call", path)
+	}
+	return &cp, nil
+}
+
+// pathErr drops the path an *fs.PathError repeats.
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// limitReader fails a read past left bytes.
+type limitReader struct {
+	f    *os.File
+	left int64
+}
+
+func (r *limitReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, fmt.Errorf("larger than %d MiB", maxCheckpoint>>20)
+	}
+	if int64(len(p)) > r.left {
+		p = p[:r.left]
+	}
+	n, err := r.f.Read(p)
+	r.left -= int64(n)
+	return n, err
+}

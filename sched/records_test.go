@@ -1,0 +1,323 @@
+package sched_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/sched"
+)
+
+// execLog counts the executions each call's body began: the tools' own
+// record of what ran, which the tests check against "at most once".
+type execLog struct {
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func newExecLog() *execLog { return &execLog{count: map[string]int{}} }
+
+func (l *execLog) ran(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.count[id]++
+}
+
+func (l *execLog) times(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.count[id]
+}
+
+// newSession starts another Session on e's backend: another process's.
+func (e *env) newSession(t *testing.T) *lanes.Session {
+	t.Helper()
+	s, err := lanes.NewSession(context.Background(), e.backend, lanes.WithTTL(3*time.Second), lanes.WithHeartbeat(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func newScheduler(t *testing.T, cfg sched.Config, s *lanes.Session) *sched.Scheduler {
+	t.Helper()
+	sc, err := sched.New(cfg, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sc.Wait)
+	return sc
+}
+
+// Issue 11, part 3: a run whose process stopped after three of five calls
+// settled, started again with the same run id and response, returns the
+// three outcomes from the run's records without running them, reports the
+// call in flight as indeterminate (a non-idempotent tool) or safe to retry
+// (an idempotent one) without running it, and runs the call that never
+// started. The first "process" is a Session closed while a call runs; the
+// second a new Session on the same backend. Each call's body ran at most
+// once. In memory (within one process), on miniredis and on real Redis.
+func TestRestartedRunNeverRunsASettledCallTwice(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		name := map[bool]string{false: "indeterminate", true: "safe_to_retry"}[idempotent]
+		t.Run(name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, e *env) {
+				log := newExecLog()
+				blocking := make(chan struct{})
+				var once sync.Once
+				started4 := make(chan struct{})
+				body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+					log.ran(inv.CallID)
+					if inv.CallID == "c4" && log.times("c4") == 1 {
+						once.Do(func() { close(started4) })
+						select {
+						case <-blocking:
+						case <-ctx.Done():
+							return "", context.Cause(ctx)
+						}
+					}
+					return "did " + inv.CallID, nil
+				}
+				cfg := sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+					"step": {Concurrency: sched.Concurrency{Key: "steps"}, Idempotent: idempotent, Run: body},
+				}}
+				cs := calls("c1:step", "c2:step", "c3:step", "c4:step", "c5:step")
+				first := e.newSession(t)
+				s1 := newScheduler(t, cfg, first)
+				done := runAsync(t, context.Background(), s1, cs, sched.Options{RunID: "restart-run"})
+				select {
+				case <-started4:
+				case <-time.After(20 * time.Second):
+					t.Fatal("c4 never started")
+				}
+				first.Close() // the process stops while c4 runs
+				done.wait(t)
+				s1.Wait()
+
+				s2 := newScheduler(t, cfg, e.newSession(t))
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				res, err := s2.Run(ctx, cs, sched.Options{RunID: "restart-run"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := sched.Indeterminate
+				wantCode := sched.CodeIndeterminate
+				if idempotent {
+					want, wantCode = sched.SafeToRetry, sched.CodeSafeToRetry
+				}
+				wantStatus(t, res, map[string]sched.Status{"c1": sched.OK, "c2": sched.OK, "c3": sched.OK, "c4": want, "c5": sched.OK})
+				for i, o := range res.Outcomes {
+					stored := i < 4
+					if o.Stored != stored {
+						t.Errorf("%s: Stored = %v; want %v", o.CallID, o.Stored, stored)
+					}
+					if i < 3 && o.Output != "did "+o.CallID {
+						t.Errorf("%s: stored output %q", o.CallID, o.Output)
+					}
+				}
+				if o := res.Outcomes[3]; o.Code != wantCode {
+					t.Errorf("c4: code %q (%v); want %q", o.Code, o.Err, wantCode)
+				}
+				for _, id := range []string{"c1", "c2", "c3", "c4", "c5"} {
+					if n := log.times(id); n != 1 {
+						t.Errorf("%s executed %d times; want once", id, n)
+					}
+				}
+			})
+		})
+	}
+}
+
+// A run started again with the same id after it ended returns every
+// outcome from its records, fanned-out operations included, and runs
+// nothing; a call whose id the records hold for other arguments is refused
+// with TOOL_RUN_CONFLICT, not run. In memory, on miniredis and on real
+// Redis.
+func TestSameRunIDReturnsStoredOutcomes(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			log.ran(inv.CallID + "#" + string(rune('0'+inv.Operation)))
+			if strings.Contains(string(inv.Args), "fail") {
+				return "", errors.New("it failed")
+			}
+			return string(inv.Args), nil
+		}
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+			"t":   {Safe: safe, Run: body},
+			"fan": {Safe: safe, Run: body, FanOut: &sched.FanOut{}, Concurrency: sched.Concurrency{Limit: 1}},
+		}})
+		cs := calls(`a:t:{"x":1}`, `b:t:{"fail":true}`, `f:fan:[{"op":0},{"op":1}]`)
+		res1 := e.run(s, cs, sched.Options{RunID: "again"})
+		res2 := e.run(s, cs, sched.Options{RunID: "again"})
+		for i := range cs {
+			o1, o2 := res1.Outcomes[i], res2.Outcomes[i]
+			if o1.Status != o2.Status || o1.Output != o2.Output || o1.Code != o2.Code || errText(o1.Err) != errText(o2.Err) || !o2.Stored || o1.Stored {
+				t.Errorf("call %s: first %+v, again %+v; want the same, stored", cs[i].ID, o1, o2)
+			}
+		}
+		if n := len(res2.Outcomes[2].Operations); n != 2 || !res2.Outcomes[2].Operations[1].Stored {
+			t.Errorf("fanned-out call again: %+v; want its two operations, stored", res2.Outcomes[2])
+		}
+		for id, n := range map[string]int{"a#0": 1, "b#0": 1, "f#0": 1, "f#1": 1} {
+			if got := log.times(id); got != n {
+				t.Errorf("%s executed %d times; want %d", id, got, n)
+			}
+		}
+		res3 := e.run(s, calls(`a:t:{"x":2}`), sched.Options{RunID: "again"})
+		if o := res3.Outcomes[0]; o.Status != sched.Failed || o.Code != sched.CodeRunConflict || log.times("a#0") != 1 {
+			t.Errorf("same call id, other arguments: %s %s %v (ran %d times); want a run conflict, not run", o.Status, o.Code, o.Err, log.times("a#0"))
+		}
+	})
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// A call whose entry is still held by an earlier process of its run (one
+// that stopped between the grant and its record of the start) waits until
+// that lease expires, then runs, once. In memory, on miniredis and on real
+// Redis.
+func TestRestartWaitsOutAnEarlierHolderOfItsEntry(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			log.ran(inv.CallID)
+			return "ok", nil
+		}
+		ctx := context.Background()
+		if _, err := e.backend.Enqueue(ctx, lanes.Owner{ID: "stopped-process"}, 300*time.Millisecond, []lanes.Request{
+			{ID: "held-run/c1", Lanes: []lanes.Lane{{Key: "concurrency:k", Limit: 1}}, CallID: "c1", Tool: "t"},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{"t": {Concurrency: sched.Concurrency{Key: "k"}, Run: body}}})
+		res := e.run(s, calls("c1:t"), sched.Options{RunID: "held-run"})
+		wantStatus(t, res, map[string]sched.Status{"c1": sched.OK})
+		if n := log.times("c1"); n != 1 {
+			t.Fatalf("c1 ran %d times; want once", n)
+		}
+	})
+}
+
+// Issue 11, part 3: a checkpoint with a failed outcome survives a JSON
+// round trip (Outcome.Err was an error that did not decode), and resuming
+// the decoded copy runs the rest. Resume honours its own options: a
+// narrower turn lane and its own timeouts; without them, the checkpoint's.
+// In memory, on miniredis and on real Redis.
+func TestCheckpointJSONAndResumeOptions(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		var mu sync.Mutex
+		running, most := 0, 0
+		slow := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			defer func() { mu.Lock(); running--; mu.Unlock() }()
+			if strings.Contains(string(inv.Args), "hang") {
+				<-ctx.Done()
+				return "", context.Cause(ctx)
+			}
+			time.Sleep(10 * time.Millisecond)
+			return "read", nil
+		}
+		failed := make(chan struct{})
+		ask := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			if a, ok := sched.Answer(ctx); ok {
+				return "answered " + a, nil
+			}
+			select { // f has failed when q asks
+			case <-failed:
+			case <-time.After(20 * time.Second):
+			}
+			return "", sched.Interrupt("go on?")
+		}
+		fail := func(context.Context, sched.Invocation) (string, error) {
+			defer close(failed)
+			return "", errors.New("no such draft")
+		}
+		// f fails and q asks in the first phase; the barrier b and the
+		// reads after it are left for Resume.
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+			"fail":    {Safe: safe, Run: fail},
+			"ask":     {Safe: safe, Run: ask},
+			"read":    {ReadOnlyHint: true, Run: slow},
+			"barrier": {Run: slow},
+		}})
+		cs := calls("f:fail", "q:ask", "w:nope", "b:barrier", "r1:read", "r2:read", "r3:read", `h:read:{"hang":true}`)
+		res := e.run(s, cs, sched.Options{RunID: "cp-run", Timeouts: map[string]time.Duration{"read": time.Hour}})
+		if res.Checkpoint == nil {
+			t.Fatal("no checkpoint")
+		}
+		data, err := json.Marshal(res.Checkpoint)
+		if err != nil {
+			t.Fatalf("json.Marshal(checkpoint) = %v", err)
+		}
+		var cp sched.Checkpoint
+		if err := json.Unmarshal(data, &cp); err != nil {
+			t.Fatalf("json.Unmarshal(checkpoint) = %v\n%s", err, data)
+		}
+		if o := cp.Outcomes[0]; o.Status != sched.Failed || o.Code != sched.CodeToolError || errText(o.Err) != "no such draft" {
+			t.Fatalf("failed outcome after the round trip: %+v", o)
+		}
+		if cp.Question != "go on?" || cp.CallID != "q" || cp.Timeouts["read"] != time.Hour {
+			t.Fatalf("checkpoint after the round trip: %q of %s, timeouts %v", cp.Question, cp.CallID, cp.Timeouts)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err = s.Resume(ctx, &cp, "yes", sched.Options{
+			Narrow:   &sched.Runner{MaxConcurrentTools: 1},
+			Timeouts: map[string]time.Duration{"read": 50 * time.Millisecond},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, res, map[string]sched.Status{
+			"f": sched.Failed, "q": sched.OK, "w": sched.Failed, "b": sched.OK,
+			"r1": sched.OK, "r2": sched.OK, "r3": sched.OK, "h": sched.TimedOut,
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if most != 1 {
+			t.Errorf("%d calls ran at once after Resume narrowed the turn lane to 1", most)
+		}
+	})
+}
+
+// An output larger than a run record holds (lanes.MaxRecordLen) is left
+// out of the record: the call, run again with the same run id, is not run
+// again and keeps its status, with TOOL_OUTPUT_NOT_STORED and an empty
+// output. In memory, on miniredis and on real Redis.
+func TestStoredOutcomeWithoutItsLargeOutput(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		big := strings.Repeat("x", lanes.MaxRecordLen+1)
+		body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+			log.ran(inv.CallID)
+			return big, nil
+		}
+		s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{"t": {ReadOnlyHint: true, Run: body}}})
+		first := e.run(s, calls("c:t"), sched.Options{RunID: "big-run"})
+		again := e.run(s, calls("c:t"), sched.Options{RunID: "big-run"})
+		if o := first.Outcomes[0]; o.Status != sched.OK || len(o.Output) != len(big) {
+			t.Fatalf("first run: %s, %d bytes", o.Status, len(o.Output))
+		}
+		o := again.Outcomes[0]
+		if o.Status != sched.OK || !o.Stored || o.Code != sched.CodeOutputNotStored || o.Output != "" || log.times("c") != 1 {
+			t.Fatalf("again: %s stored=%v code=%q output %d bytes, ran %d times; want ok, stored, %s, no output, ran once",
+				o.Status, o.Stored, o.Code, len(o.Output), log.times("c"), sched.CodeOutputNotStored)
+		}
+	})
+}
