@@ -222,8 +222,17 @@ func (s *Session) releaseLater(first func(), ids ...string) {
 func (s *Session) release(ctx context.Context, id string, step func(context.Context, []string) (Released, error)) (was State, forced bool, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
-	if step == nil {
-		step = func(ctx context.Context, ids []string) (Released, error) { return s.b.Release(ctx, s.owner.ID, ids) }
+	if step == nil { // a plain release: merged with other leases' (batch.go)
+		var r []releasedOne
+		err = retry(ctx, s.interval, func(ctx context.Context) error {
+			var err error
+			r, _, err = s.rel.do(ctx, []string{id})
+			return err
+		})
+		if err != nil {
+			return Gone, false, err
+		}
+		return r[0].was, r[0].forced, nil
 	}
 	var r Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {

@@ -51,6 +51,9 @@ type Session struct {
 	inflight time.Time         // when the heartbeat now in flight was sent; zero when none
 	closed   bool
 
+	enq *batcher[Request, Status]     // Enqueue steps of concurrent callers, merged
+	rel *batcher[string, releasedOne] // Release steps of concurrent leases, merged
+
 	kick chan struct{} // wakes the loop for hinted entries
 	stop chan struct{}
 	done chan struct{}
@@ -156,6 +159,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		}
 	}
 	s.tel.instruments()
+	s.batchers()
 	if s.interval == 0 {
 		s.interval = s.ttl / 3
 	}
@@ -302,12 +306,51 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	return tickets, send, nil
 }
 
-// send runs one Enqueue step. A step whose outcome is unknown (the backend
-// could not be reached, or its reply was lost) is sent again with the same
-// ids, with a growing pause, until ctx ends or a TTL after the first send.
+// releasedOne is what a Release step says of one id.
+type releasedOne struct {
+	was    State
+	forced bool
+}
+
+// errStepShape is a step answered with the wrong number of results.
+var errStepShape = fmt.Errorf("%w: the backend answered a step with the wrong number of results", ErrUnavailable)
+
+// batchers sets up the merging of concurrent callers' steps (batch.go).
+func (s *Session) batchers() {
+	s.enq = &batcher[Request, Status]{
+		max: enqueuePiece,
+		run: func(ctx context.Context, reqs []Request) ([]Status, error) {
+			return s.b.Enqueue(ctx, s.owner, s.ttl, reqs)
+		},
+		split: func(err error) bool { return errors.Is(err, ErrLimitMismatch) || errors.Is(err, ErrInvalid) },
+	}
+	s.rel = &batcher[string, releasedOne]{
+		max: releasePiece,
+		run: func(ctx context.Context, ids []string) ([]releasedOne, error) {
+			r, err := s.b.Release(ctx, s.owner.ID, ids)
+			if err != nil {
+				return nil, err
+			}
+			if len(r.Was) != len(ids) {
+				return nil, errStepShape
+			}
+			out := make([]releasedOne, len(ids))
+			for i := range ids {
+				out[i] = releasedOne{was: r.Was[i], forced: len(r.Forced) == len(ids) && r.Forced[i]}
+			}
+			return out, nil
+		},
+		split: func(err error) bool { return errors.Is(err, ErrInvalid) },
+	}
+}
+
+// send runs one Enqueue step, merged with the steps other callers send
+// meanwhile (batch.go). A step whose outcome is unknown (the backend could
+// not be reached, or its reply was lost) is sent again with the same ids,
+// with a growing pause, until ctx ends or a TTL after the first send.
 func (s *Session) send(ctx context.Context, reqs []Request, first time.Time) ([]Status, error) {
 	for pause := time.Millisecond; ; pause = min(2*pause, s.interval) {
-		sts, err := s.b.Enqueue(ctx, s.owner, s.ttl, reqs)
+		sts, _, err := s.enq.do(ctx, reqs)
 		if err == nil && len(sts) != len(reqs) {
 			err = fmt.Errorf("%w: backend answered %d statuses for %d requests", ErrUnavailable, len(sts), len(reqs))
 		}
