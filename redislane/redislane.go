@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,13 +65,16 @@ var ErrEvictable = errors.New("redislane: Redis may evict the lanes' keys")
 // concurrent use. It uses the client's pool for its steps and, once a
 // Session subscribes, one pub/sub connection, however many entries wait.
 type Backend struct {
-	c        redis.UniversalClient
-	ns       string
-	keys     []string // the seven KEYS of every script, in lib.lua's order
-	wake     string   // prefix of the grant-hint channels; alone, the namespace's channel
-	tracer   otelx.Tracer
-	evictOK  bool // WithEvictionAllowed
-	pageSize int  // entries per inspect.lua page
+	c       redis.UniversalClient
+	ns      string
+	keys    []string // the seven KEYS of every script, in lib.lua's order
+	wake    string   // prefix of the grant-hint channels; alone, the namespace's channel
+	tracer  otelx.Tracer
+	evictOK bool // WithEvictionAllowed
+	// functions says whether FCALL works here: 0 not known yet, 1 yes,
+	// -1 no (then every step runs as a script).
+	functions atomic.Int32
+	pageSize  int // entries per inspect.lua page
 
 	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
@@ -520,24 +524,69 @@ func (b *Backend) run(ctx context.Context, s *redis.Script, name string, args ..
 	return b.runKeys(ctx, s, name, b.keys, args)
 }
 
-// runKeys is run with other KEYS than the namespace's ten.
+// runKeys is run with other KEYS than the namespace's seven.
 func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if !b.tracer.On() {
-		return b.runRetry(ctx, s, keys, args)
+		return b.runRetry(ctx, s, name, keys, args)
 	}
 	ctx, span := b.tracer.Start(ctx, "lanes.redis "+name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDBSystem, attrDBOperation, attrNamespace.String(b.ns), attrScript.String(name)))
 	defer span.End()
-	v, err := b.runRetry(ctx, s, keys, args)
+	v, err := b.runRetry(ctx, s, name, keys, args)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return v, err
 }
 
-func (b *Backend) runRetry(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
+// call runs the script name once: as a function of the Functions library
+// (FCALL; lua.Library), loaded at the first "not found", where the server
+// has Functions (Redis 7); else by EVALSHA, with EVAL on NOSCRIPT.
+func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
+	if b.functions.Load() >= 0 {
+		fn := lua.Function(name + ".lua")
+		v, err := b.c.FCall(ctx, fn, keys, args...).Result()
+		if err == nil || !noFunction(err) {
+			b.functions.Store(1)
+			return v, err
+		}
+		if !unknownCommand(err) {
+			_, code := lua.Library()
+			if lerr := b.c.FunctionLoad(ctx, code).Err(); lerr == nil || strings.Contains(lerr.Error(), "already exists") {
+				v, err = b.c.FCall(ctx, fn, keys, args...).Result()
+				if err == nil || !noFunction(err) {
+					b.functions.Store(1)
+					return v, err
+				}
+			}
+		}
+		// No Functions here (Redis 6, miniredis, a cluster node that did
+		// not take the library, an ACL without FUNCTION): scripts only.
+		b.functions.Store(-1)
+	}
+	return s.Run(ctx, b.c, keys, args...).Result()
+}
+
+// noFunction reports whether err says the function could not be called:
+// not loaded, or no Functions at all.
+func noFunction(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "Function not found") || unknownCommand(err) ||
+		strings.Contains(msg, "NOPERM") || strings.Contains(msg, "no permissions")
+}
+
+func unknownCommand(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(strings.ToLower(re.Error()), "unknown command")
+}
+
+func (b *Backend) runRetry(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	for pause := time.Millisecond; ; pause = min(2*pause, 100*time.Millisecond) {
-		v, err := s.Run(ctx, b.c, keys, args...).Result()
+		v, err := b.call(ctx, s, name, keys, args)
 		if !notRun(err) {
 			return v, err
 		}

@@ -22,6 +22,9 @@
 --        what that frees.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 local what, mode, cursor = ARGV[3], ARGV[4], ARGV[5]
 local count = int_in(ARGV[6], 1, MAX_STEP_REQUESTS)
 local walks = {entries = K_ENTRIES, queue = K_QUEUE, deadlines = K_DEADLINES, nested = K_NESTED,
@@ -31,7 +34,7 @@ if mode ~= 'check' and mode ~= 'repair' then return badarg('mode', 'must be chec
 if not count then return badarg('count', 'must be a whole number from 1 to ' .. MAX_STEP_REQUESTS) end
 if not string.find(cursor or '', '^%d+$') then return badarg('cursor', 'must be a scan cursor') end
 
-local err = full(false)
+err = full(false)
 if err then return err end
 if not EPOCH then return {'', '0', {}, {}, 0} end
 

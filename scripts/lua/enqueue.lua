@@ -29,6 +29,9 @@
 --        limit differs; LANES_EXHAUSTED when sequence numbers would pass
 --        MAX_SEQ while entries wait. Then nothing is enqueued.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 local ttl = int_in(ARGV[3], 1, MAX_TTL)
 if not ttl then return badarg('ttl', 'must be a whole number of ms from 1 to ' .. MAX_TTL) end
 local owner, host = ARGV[4], ARGV[5]
@@ -103,7 +106,7 @@ for _, r in ipairs(reqs) do
     count[kl[1]] = count[kl[1]] + 1
   end
 end
-local err = open(true, keys, ids)
+err = open(true, keys, ids)
 if err then return err end
 local exp, whole = expiring()
 local lean = whole and #exp == 0 and FROZEN <= NOW and NOW >= TOMBS

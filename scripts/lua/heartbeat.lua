@@ -16,6 +16,9 @@
 --        taken over by another owner; then it is not renewed).
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 local ttl = int_in(ARGV[3], 1, MAX_TTL)
 if not ttl then return badarg('ttl', 'must be a whole number of ms from 1 to ' .. MAX_TTL) end
 local owner = ARGV[4]
@@ -28,7 +31,7 @@ end
 local out = {}
 local ids = {}
 for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-local err = open(false, {}, ids) or full(false)
+err = open(false, {}, ids) or full(false)
 if err then return err end
 if not EPOCH then
   for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end

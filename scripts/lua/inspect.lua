@@ -21,6 +21,9 @@
 --        that does not belong to the key is refused.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 local budget = int_in(ARGV[3], 1, MAX_STEP_REQUESTS)
 if not budget then return badarg('budget', 'must be a whole number from 1 to ' .. MAX_STEP_REQUESTS) end
 if (#ARGV - 3) % 2 ~= 0 or #ARGV - 3 > 2 * MAX_STEP_REQUESTS then
@@ -30,7 +33,7 @@ for i = 4, #ARGV, 2 do
   if not key_ok(ARGV[i]) then return badarg('key', 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters') end
 end
 
-local err = full(false)
+err = full(false)
 if err then return err end
 if not EPOCH then return {NOW, '', {}, {0, 0, 0, 0, 0}} end
 reap()

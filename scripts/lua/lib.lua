@@ -67,21 +67,40 @@ local MAX_BORROWERS = 500     -- nested entries that borrow from one holder, at 
 local REAP_MAX = 100          -- expired entries one step removes, at most
 local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
 
-if #KEYS ~= 7 and #KEYS ~= 8 then -- record.lua takes an eighth: the run's records
-  return redis.error_reply('LANES_BADARG keys expected 7 keys, got ' .. #KEYS)
-end
-if ARGV[1] ~= PROTOCOL then
-  return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' ' .. tostring(ARGV[1]))
-end
-local K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local WAKE = ARGV[2]
-
+-- The state of one step (a script run, or a call of the library's
+-- functions, which keep this file loaded between calls): begin sets it.
+local K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS, STATE
+local WAKE
 local NOW, NOW_US -- the Redis clock, in ms and in µs
-do
+local EPOCH, FROZEN, MAXTTL, TOMBS -- from the marker
+local ERAW, KRAW, KREC, dirty -- entries and key records read; keys whose record changed
+local checked -- full has looked at every state key
+-- entries granted by this step, which their owners must be told about, and
+-- {owner, id} pairs of entries removed or taken over on someone else's
+-- behalf, which their former owners must be told about
+local granted, told
+local expired -- entries this step removed as expired
+
+-- begin starts a step: it checks KEYS and the protocol, reads the clock and
+-- forgets what an earlier step of the same library left. It returns an
+-- error reply, or nil.
+local function begin(KEYS, ARGV)
+  if #KEYS ~= 7 and #KEYS ~= 8 then -- record.lua takes an eighth: the run's records
+    return redis.error_reply('LANES_BADARG keys expected 7 keys, got ' .. #KEYS)
+  end
+  if ARGV[1] ~= PROTOCOL then
+    return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' ' .. tostring(ARGV[1]))
+  end
+  K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+  STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
+  WAKE = ARGV[2]
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  EPOCH, FROZEN, MAXTTL, TOMBS = nil, nil, nil, nil
+  ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
+  checked, granted, told, expired = false, {}, {}, 0
 end
 
 -- Input checks, the same rules as package lanes.
@@ -141,11 +160,6 @@ local function lo(key) return '[' .. key .. '\0' end
 local function hi(key) return '(' .. key .. '\1' end
 local function dec(n) return string.format('%.0f', n) end
 
--- The state of this step: the epoch, the end of a freeze, the longest
--- TTL, and what was read of entries and lanes (raw, false when absent).
-local EPOCH, FROZEN, MAXTTL, TOMBS
-local ERAW, KRAW, KREC = {}, {}, {}
-local dirty = {} -- keys whose record changed
 
 -- Entries: an entry record is stored without its id, the hash field
 -- already names it.
@@ -250,9 +264,8 @@ local function drop_holder(r, id)
   end
 end
 
--- The namespace's state: the six state keys exist together (each holds a
--- marker), or none does.
-local STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
+-- The namespace's state: the six state keys (STATE) exist together (each
+-- holds a marker), or none does.
 
 mark_line = function()
   return PROTOCOL .. ' ' .. EPOCH .. ' ' .. dec(FROZEN) .. ' ' .. dec(MAXTTL) .. ' ' .. dec(TOMBS)
@@ -308,7 +321,6 @@ end
 -- keys missing is reset (with nothing of it, made when create). It returns
 -- an error reply for a namespace of another protocol, and leaves EPOCH nil
 -- for a namespace with no state (when not create).
-local checked = false
 local function full(create)
   if checked and (EPOCH or not create) then return end
   checked = true
@@ -371,10 +383,6 @@ local function note_ttl(ttl)
   end
 end
 
--- entries granted by this step, which their owners must be told about, and
--- {owner, id} pairs of entries removed or taken over on someone else's
--- behalf, which their former owners must be told about
-local granted, told = {}, {}
 
 local function borrowed(e, key)
   return e.r and e.r[key]
@@ -486,7 +494,6 @@ remove = function(e, touched)
 end
 
 -- expire removes e, whose deadline passed, and counts it.
-local expired = 0
 local function expire(e, touched)
   redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
   expired = expired + 1

@@ -15,6 +15,9 @@
 --        "w", "g" or "f"}, {ids granted}}, as release.lua.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 if #KEYS ~= 8 then return badarg('keys', 'expected 8 keys, got ' .. #KEYS) end
 local by, call, value = ARGV[3], ARGV[4], ARGV[5]
 if not id_ok(by) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
@@ -31,7 +34,7 @@ end
 
 local list = {}
 for i = 7, #ARGV do list[#list + 1] = ARGV[i] end
-local err = open(false, {}, list) or full(false)
+err = open(false, {}, list) or full(false)
 if err then return err end
 if EPOCH then reap() end -- an entry past its deadline is gone, not released
 local touched, was, ids = {}, {}, {}

@@ -19,6 +19,9 @@
 --        {ids granted}}.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local err = begin(KEYS, ARGV)
+if err then return err end
+
 local by = ARGV[3]
 if by ~= '' and not id_ok(by) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 local tomb = int_in(ARGV[4], 0, MAX_TTL)
@@ -30,7 +33,7 @@ end
 
 local list = {}
 for i = 5, #ARGV do list[#list + 1] = ARGV[i] end
-local err = open(false, {}, list)
+err = open(false, {}, list)
 if err then return err end
 
 -- The lean path: an owner releasing leases it holds, that lend nothing,
