@@ -462,7 +462,12 @@ func (w *worker) run(c int, p *nsPart, req lanes.Request, o runOpts) {
 	}
 	borrowed := map[string]bool{}
 	for k, tok := range o.lent {
-		borrowed[k] = lease.Token(k) == tok
+		if lease.Token(k) == tok {
+			borrowed[k] = true
+		}
+	}
+	if len(borrowed) > 0 {
+		defer w.markLent(req)()
 	}
 	w.critical(c, p, base, req, lease, o.hold, o.victim, o.crash == CrashHolding, borrowed, len(req.Lineage) > 0)
 	if kidDone != nil && !o.kid.detach {
@@ -542,6 +547,21 @@ func (w *worker) unpublish(req lanes.Request) {
 	}
 }
 
+// markLent notes on the board, until the returned function runs, that
+// req holds a key by re-entry: a file lent/<lender id>.<entry id>, so that
+// a harness can hit a lender while its borrower holds.
+func (w *worker) markLent(req lanes.Request) func() {
+	if w.cfg.Board == "" {
+		return func() {}
+	}
+	dir := filepath.Join(w.cfg.Board, "lent")
+	name := filepath.Join(dir, req.Lineage[len(req.Lineage)-1]+"."+req.ID)
+	if os.MkdirAll(dir, 0o755) != nil || os.WriteFile(name, nil, 0o644) != nil {
+		return func() {}
+	}
+	return func() { _ = os.Remove(name) }
+}
+
 // pickLender picks a lease of namespace ns that another process published
 // on the board, or nil. Files of killed processes stay: a request nested
 // under a lease that ended is an ordinary one.
@@ -552,7 +572,7 @@ func (w *worker) pickLender(rng *rand.Rand, ns string) *BoardEntry {
 	}
 	var names []string
 	for _, e := range ents {
-		if n := e.Name(); !strings.HasPrefix(n, ".") && !strings.HasPrefix(n, w.cfg.Proc+"-") {
+		if n := e.Name(); !e.IsDir() && !strings.HasPrefix(n, ".") && !strings.HasPrefix(n, w.cfg.Proc+"-") {
 			names = append(names, n)
 		}
 	}
