@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,5 +62,90 @@ func TestChaosWaiterBlamesRedisWhenItHangs(t *testing.T) {
 		t.Logf("the holder's loss: %v", holder.Err())
 	case <-ctx.Done():
 		t.Fatal("the holder never learned it lost its lease")
+	}
+}
+
+// Known bug (DESIGN.md invariants 6 and 10): a borrowed slot outlives its
+// lender. A nested request that took a key by re-entry is removed by the
+// step that removes its lender (a release, an expiry), and that very step
+// grants the key to the next waiter; the borrower's Session hears of it
+// only from a hint, by one more heartbeat round trip. Meanwhile its
+// Lease.Err is nil while the next holder holds the key, and a Release it
+// sends then succeeds, as if it had held until then (a release that finds
+// its entry gone before the local deadline counts as success). Shown here
+// in the same Session (the Session could tell its own borrowers before it
+// sends the lender's release) and from another Session (another process,
+// as lanectl under a lane): after A.Release returns, C holds K (Inspect)
+// while B, nested under A, still finds its lease valid.
+// TestChaosNestedLineages sees it under load (as "borrow-lag", tolerated
+// up to a heartbeat interval); this test skips, saying so, while it shows.
+func TestChaosBorrowerToldAfterNextGrant(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	b, err := redislane.New(srv.Client(), "chaos-bug-borrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := chaos.Context(t, time.Minute)
+	session := func() *lanes.Session {
+		s, err := lanes.NewSession(ctx, b, lanes.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	lender, other, next := session(), session(), session()
+	k := []lanes.Lane{{Key: "K", Limit: 1}}
+	const rounds = 10
+	var seen []string
+	for i := range rounds {
+		for _, borrowerSession := range []*lanes.Session{lender, other} {
+			where := map[*lanes.Session]string{lender: "same Session", other: "another Session"}[borrowerSession]
+			a, err := lender.Acquire(ctx, lanes.Request{Lanes: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bl, err := borrowerSession.Acquire(ctx, lanes.Request{Lanes: k, Lineage: []string{a.ID()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bl.Token("K") != a.Token("K") {
+				t.Fatalf("re-entry: token %d, not its lender's %d", bl.Token("K"), a.Token("K"))
+			}
+			ts, err := next.Enqueue(ctx, lanes.Request{Lanes: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			berr := bl.Err() // A's release step has already granted K to C
+			snap, err := b.Inspect(ctx, []string{"K"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cHolds := len(snap.Keys) == 1 && len(snap.Keys[0].Holders) == 1 && snap.Keys[0].Holders[0].ID == ts[0].ID()
+			if !cHolds {
+				t.Fatalf("after the lender's release, K is %+v; want %s holding it", snap.Keys, ts[0].ID())
+			}
+			relErr := bl.Release(ctx)
+			if berr == nil {
+				seen = append(seen, fmt.Sprintf("round %d, %s: B.Err() = nil while C held K; B.Release() = %v", i, where, relErr))
+			}
+			c, err := ts[0].Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range seen {
+		t.Log(s)
+	}
+	if len(seen) > 0 {
+		t.Skipf("SKIP: known bug, a borrower is told that its lender's lease ended only after the next holder was granted its key: %d of %d rounds", len(seen), 2*rounds)
 	}
 }
