@@ -149,3 +149,75 @@ func TestChaosBorrowerToldAfterNextGrant(t *testing.T) {
 		t.Skipf("SKIP: known bug, a borrower is told that its lender's lease ended only after the next holder was granted its key: %d of %d rounds", len(seen), 2*rounds)
 	}
 }
+
+// Known bug (DESIGN.md invariant 6, docs/PROTOCOL.md "Epochs"): a holder
+// whose first step after Redis lost its data (FLUSHALL, a restart without
+// persistence) is its release is told the release succeeded, as if it had
+// held the lease until then. release.lua finds no entry and replies with
+// another epoch (or none); Lease.Release takes an entry gone before its
+// local deadline for the work of an earlier try of its own release, and
+// returns nil; Released carries no epoch that would tell a loss apart. In
+// the meantime another holder may have been granted the key (a new state
+// grants at once), so a holder that checks its release's result to
+// decide whether its work counted is misled. TestChaosRedisFlushAll sees
+// it under load and tolerates it; this test skips, saying so, while it
+// shows.
+func TestChaosReleaseAfterFlushSucceeds(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	b, err := redislane.New(srv.Client(), "chaos-bug-flush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := chaos.Context(t, time.Minute)
+	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	k := []lanes.Lane{{Key: "K", Limit: 1}}
+	const rounds = 5
+	var seen []string
+	for i := range rounds {
+		a, err := s.Acquire(ctx, lanes.Request{Lanes: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// With i odd, another holder is granted K first (a new state grants
+		// at once), and A's release comes at once, before A's Session can
+		// hear the reset.
+		var c *lanes.Lease
+		if i%2 == 1 {
+			if c, err = other.Acquire(ctx, lanes.Request{Lanes: k}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Release(ctx); err == nil {
+			what := "no one else held K"
+			if c != nil {
+				what = fmt.Sprintf("%s held K since before it, with token %d", c.ID(), c.Token("K"))
+			}
+			seen = append(seen, fmt.Sprintf("round %d: Release after FLUSHALL = nil (%s)", i, what))
+		} else if !errors.Is(err, lanes.ErrLeaseLost) {
+			t.Errorf("round %d: Release after FLUSHALL = %v; want an error wrapping ErrLeaseLost", i, err)
+		}
+		if c != nil {
+			_ = c.Release(ctx)
+		}
+	}
+	for _, x := range seen {
+		t.Log(x)
+	}
+	if len(seen) > 0 {
+		t.Skipf("SKIP: known bug, a release after Redis lost its data reports success instead of ErrLeaseLost: %d of %d rounds", len(seen), rounds)
+	}
+}

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,32 +222,168 @@ func TestChaosRedisRestartWithoutPersistence(t *testing.T) {
 	}
 	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
 	hist := s.h.History()
+	var notices []chaos.LossNotice
 	for _, w := range windows {
 		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
-		// Tokens keep growing across the loss of the counters.
-		before := map[string]uint64{}
-		for _, a := range hist.Granted() {
-			if a.Return < w.from.UnixNano() {
-				for k, tok := range a.Tokens {
-					before[k] = max(before[k], tok)
-				}
-			}
-		}
-		for _, a := range hist.Granted() {
-			if a.Invoke > w.to.UnixNano() {
-				for k, tok := range a.Tokens {
-					if tok <= before[k] {
-						s.violation("fencing", "%s got token %d for %s after the restart, not above %d from before", a.ID, tok, k, before[k])
-					}
-				}
-			}
-		}
+		chaosTokensAbove(s, hist, w.from, w.to, "the restart")
+		// The holders that ran through the restart (not the stopped
+		// victim) hear of the loss: at the latest when a heartbeat finds
+		// their entries gone, within a heartbeat interval of Redis's
+		// return (plus the restart itself).
+		notices = append(notices, chaos.NoticeOfLoss(hist, w.from, w.to, func(p string) bool { return slices.Contains(victims, p) }))
 	}
 	for _, name := range victims {
 		chaosCheckVictim(s, hist, name)
 	}
-	s.fault(fmt.Sprintf("%d x kill -9 and empty restart of redis-server, each with a holder SIGSTOPped across it", restarts))
+	told, overlap := chaosCheckNotices(s, notices, "restart", s.ttl)
+	s.fault(fmt.Sprintf("%d x kill -9 and empty restart of redis-server, each with a holder SIGSTOPped across it; the other holders (%d) told %s after Redis was back, the next holder overlapping an old one %s at most",
+		restarts, len(told), chaosP50Max(told), chaosP50Max(overlap)))
 	s.finish(chaos.Options{DataLoss: true})
+}
+
+// FLUSHALL of the server while the replicas work: every state key and the
+// fencing counters vanish at once. That looks like a namespace never used
+// (docs/PROTOCOL.md, known limits): the next enqueue makes a new state,
+// grants at once, and publishes {"reset": epoch} on the namespace's
+// channel, on which every Session polls at once. So every holder hears of
+// the loss promptly (its Lease.Lost closes well before its next heartbeat),
+// no release after the flush finds a lease from before it held, tokens
+// after the flush are above every token before (Redis time x 1024), and
+// the window during which a new holder may overlap an old one that has not
+// heard yet (the known limit) is measured: it must stay within one
+// heartbeat interval (TTL/3), about a round trip in practice.
+func TestChaosRedisFlushAll(t *testing.T) {
+	s := chaosStart(t, "FLUSHALL while holders hold")
+	s.ttl = 3 * time.Second // heartbeats every second: a prompt notice is not a heartbeat's
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	b := s.namespace(admin, "chaos-flushall-")
+	rounds := chaosSize(3, 12)
+	f := s.h.RunFleet("r", chaosSize(3, 6), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(1600+i), "-clients", "2", "-ops", "1000000",
+			"-hold-min", "30ms", "-hold", "150ms", "-for", (time.Duration(rounds)*time.Second + 2*time.Second).String())
+	})
+	type window struct{ from, to time.Time }
+	var windows []window
+	last := time.Now()
+	for range rounds {
+		// A holder holds: the flush has someone to tell.
+		chaosWaitEvent(s, time.Minute, "a grant before the flush", func(e chaos.Event) bool {
+			return e.Op == chaos.OpAcquire && e.Phase == chaos.Ok && e.Time > last.UnixNano()+int64(500*time.Millisecond)
+		})
+		from := s.h.Fault("FLUSHALL", chaos.Invoke)
+		if err := admin.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		last = s.h.Fault("FLUSHALL done", chaos.Ok)
+		windows = append(windows, window{from, last})
+	}
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	// The known bug: a holder whose first step after the flush is its
+	// release is told that the release succeeded (the release finds its
+	// entry gone before the local deadline and takes that for an earlier
+	// try of its own), not that the lease was lost. Such a release is
+	// treated as unconfirmed (the lease ended somewhere between its grant
+	// and that release), and logged.
+	var known []string
+	s.adjust = func(h *chaos.History) {
+		known = known[:0]
+		for _, a := range h.Attempts {
+			for _, w := range windows {
+				if a.Outcome == chaos.Granted && a.Return < w.from.UnixNano() && a.Release == chaos.Released && a.RelInvoke > w.to.UnixNano() {
+					known = append(known, fmt.Sprintf("%s (%s): its release %v after the flush returned nil", a.ID, a.Proc,
+						time.Duration(a.RelInvoke-w.to.UnixNano()).Round(time.Microsecond)))
+					a.Release, a.GoneAt, a.RelClass = chaos.Dropped, a.RelReturn, chaos.ClassLost
+				}
+			}
+		}
+	}
+	hist := s.h.History()
+	s.adjust(hist)
+	var notices []chaos.LossNotice
+	for _, w := range windows {
+		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
+		chaosTokensAbove(s, hist, w.from, w.to, "the flush")
+		notices = append(notices, chaos.NoticeOfLoss(hist, w.from, w.to, func(string) bool { return false }))
+	}
+	told, overlap := chaosCheckNotices(s, notices, "FLUSHALL", s.ttl/3)
+	resets := 0
+	if snap, err := b.Inspect(chaos.Context(t, time.Minute), nil); err == nil {
+		resets = int(snap.Stats.Resets)
+	}
+	for _, k := range known {
+		t.Logf("KNOWN BUG (a release after the flush reports success): %s", k)
+	}
+	s.fault(fmt.Sprintf("%d x FLUSHALL, TTL %v (heartbeat %v): %d holders across them, told %s after the flush; the next holder overlapping an old one %s at most; %d releases after a flush reported success (known bug); %d resets counted",
+		rounds, s.ttl, s.ttl/3, len(told), chaosP50Max(told), chaosP50Max(overlap), len(known), resets))
+	s.finish(chaos.Options{DataLoss: true})
+}
+
+// chaosTokensAbove checks that every token granted after a fault that lost
+// the fencing counters (to) is above every token of its key from before
+// (from).
+func chaosTokensAbove(s *chaosScenario, hist *chaos.History, from, to time.Time, what string) {
+	before := map[string]uint64{}
+	for _, a := range hist.Granted() {
+		if a.Return < from.UnixNano() {
+			for k, tok := range a.Tokens {
+				before[k] = max(before[k], tok)
+			}
+		}
+	}
+	for _, a := range hist.Granted() {
+		if a.Invoke > to.UnixNano() {
+			for k, tok := range a.Tokens {
+				if tok <= before[k] {
+					s.violation("fencing", "%s got token %d for %s after %s, not above %d from before", a.ID, tok, k, what, before[k])
+				}
+			}
+		}
+	}
+}
+
+// chaosCheckNotices checks how the holders heard of losses: each loss had
+// a holder to tell, every holder was told, within bound of the fault's
+// end, and the next holder overlapped old ones for at most bound. It
+// returns every notice and overlap.
+func chaosCheckNotices(s *chaosScenario, ns []chaos.LossNotice, what string, bound time.Duration) (told, overlap []time.Duration) {
+	for i, n := range ns {
+		if n.Holders == 0 {
+			s.violation("scenario", "%s %d: no lease was held across it: nothing to tell", what, i+1)
+		}
+		for _, u := range n.Untold {
+			s.violation("lease", "%s %d: %s", what, i+1, u)
+		}
+		for _, d := range n.Told {
+			if d > bound {
+				s.violation("lease", "%s %d: a holder heard of the loss %v after it, more than %v", what, i+1, d, bound)
+			}
+		}
+		if m := chaos.Percentile(n.Overlap, 100); m > bound {
+			s.violation("lease", "%s %d: the next holder may have overlapped an old one for %v, more than %v: %s", what, i+1, m, bound, n.Worst)
+		}
+		s.t.Logf("%s %d: %d holders, told after %s, overlap %s; worst: %s", what, i+1, n.Holders, chaosP50Max(n.Told), chaosP50Max(n.Overlap), n.Worst)
+		told = append(told, n.Told...)
+		overlap = append(overlap, n.Overlap...)
+	}
+	return told, overlap
+}
+
+// chaosP50Max prints the median and the maximum of ds.
+func chaosP50Max(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n/a"
+	}
+	r := func(d time.Duration) time.Duration {
+		if d < time.Millisecond {
+			return d.Round(time.Microsecond)
+		}
+		return d.Round(100 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50 %v / max %v (n=%d)", r(chaos.Percentile(ds, 50)), r(chaos.Percentile(ds, 100)), len(ds))
 }
 
 // chaosCheckVictim checks a holder that was stopped across a fault and
