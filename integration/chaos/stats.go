@@ -199,6 +199,7 @@ func NoticeOfLoss(h *History, from, to time.Time, skip func(proc string) bool) L
 		asked := max(next.FirstEnq, f)
 		var d time.Duration
 		var who *Attempt
+		var whoTold int64
 		for _, a := range as {
 			told := a.Lost
 			if told == 0 {
@@ -208,14 +209,14 @@ func NoticeOfLoss(h *History, from, to time.Time, skip func(proc string) bool) L
 				told = h.End
 			}
 			if x := time.Duration(max(told-asked, 0)); x >= d {
-				d, who = x, a
+				d, who, whoTold = x, a, told
 			}
 		}
 		ln.Overlap = append(ln.Overlap, d)
 		if d > worst {
 			worst = d
 			ln.Worst = fmt.Sprintf("%s key %q: %s (%s) asked at %s and was granted at %s; the old holder %s (%s) heard of the loss at %s",
-				k.ns, k.key, next.ID, next.Proc, stamp(h, next.FirstEnq), stamp(h, next.Return), who.ID, who.Proc, stamp(h, max(who.Lost, who.RelReturn)))
+				k.ns, k.key, next.ID, next.Proc, stamp(h, next.FirstEnq), stamp(h, next.Return), who.ID, who.Proc, stamp(h, whoTold))
 		}
 	}
 	return ln
