@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -552,4 +553,106 @@ func TestChaosFailoverToLaggingReplica(t *testing.T) {
 	}
 	s.fault("replication frozen, holder SIGSTOPped, master kill -9, REPLICAOF NO ONE on the replica, clients moved")
 	s.finish(chaos.Options{DataLoss: true})
+}
+
+// maxmemory with volatile-lru under cache pressure: the server is capped
+// (16 MB) and evicts keys that carry a TTL, least recently used first,
+// while another client fills it with cache keys that carry one, several
+// times past the cap, as the replicas work. lanes' state keys carry no TTL
+// (docs/PROTOCOL.md), so volatile-lru never picks them, and a Session
+// accepts that policy: nothing of the namespace may vanish (no reset
+// counted, every state key still there, none with a TTL, checked every
+// half second), no step may fail with OOM, and every checker passes. The
+// scenario fails if the server evicted nothing (no pressure, nothing
+// tested).
+func TestChaosMaxmemoryVolatileLRU(t *testing.T) {
+	s := chaosStart(t, "maxmemory 16mb, volatile-lru, cache keys filling the server")
+	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "16mb", "--maxmemory-policy", "volatile-lru"}})
+	admin := srv.Client()
+	b := s.namespace(admin, "chaos-maxmem-")
+	ctx := chaos.Context(t, 10*time.Minute)
+	run := chaosSize(6*time.Second, 30*time.Second)
+	f := s.h.RunFleet("r", chaosSize(3, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(1700+i), "-clients", "2", "-ops", "1000000", "-for", run.String())
+	})
+	done := f.Done()
+	var wg sync.WaitGroup
+	var written, batches int64
+	var fillErr error
+	wg.Go(func() { // the cache: 1 KB values with a TTL, 100 per pipeline, every 10 ms
+		value := strings.Repeat("x", 1024)
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			p := admin.Pipeline()
+			for i := range 100 {
+				p.Set(ctx, fmt.Sprintf("cache:%d:%d", n, i), value, time.Hour)
+			}
+			if _, err := p.Exec(ctx); err != nil && fillErr == nil {
+				fillErr = err
+			}
+			written += 100 * 1024
+			batches++
+		}
+	})
+	var ttlSeen []string
+	wg.Go(func() { // lanes' keys: all there once used, none with a TTL
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			for _, k := range b.Keys() {
+				if d, err := admin.PTTL(ctx, k).Result(); err == nil && d >= 0 { // -1: no TTL, -2: no key
+					ttlSeen = append(ttlSeen, fmt.Sprintf("%s has a TTL of %v", k, d))
+				}
+			}
+		}
+	})
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	wg.Wait()
+	if fillErr != nil {
+		t.Fatalf("filling the cache: %v", fillErr)
+	}
+	for _, x := range ttlSeen {
+		s.violation("state", "%s", x)
+	}
+	evicted, err := chaos.InfoField(ctx, admin, "stats", "evicted_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err := chaos.InfoField(ctx, admin, "memory", "used_memory_human")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evicted == "" || evicted == "0" {
+		s.violation("scenario", "the server evicted no key (%d MB written, used memory %s): no pressure, nothing tested", written>>20, used)
+	}
+	snap, err := b.Inspect(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Stats.Resets != 0 {
+		s.violation("state", "the namespace was reset %d times: part of its state vanished under memory pressure", snap.Stats.Resets)
+	}
+	// Every key of the namespace but the tombstones is there (the state
+	// keys keep their markers once used; the tokens stay).
+	for _, k := range b.Keys()[:9] {
+		if n, err := admin.Exists(ctx, k).Result(); err != nil {
+			t.Fatal(err)
+		} else if n != 1 {
+			s.violation("state", "key %s of the namespace is gone: evicted?", k)
+		}
+	}
+	t.Logf("cache: %d MB in %d pipelines; the server evicted %s keys, used memory %s", written>>20, batches, evicted, used)
+	s.fault(fmt.Sprintf("maxmemory 16mb, volatile-lru; %d MB of cache keys with a TTL written meanwhile, %s of them evicted; %d resets of the namespace",
+		written>>20, evicted, snap.Stats.Resets))
+	s.finish(chaos.Options{Forbidden: []string{"OOM"}})
 }
