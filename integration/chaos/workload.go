@@ -96,6 +96,7 @@ type WorkerConfig struct {
 	Board        string        // directory where leases are published for nested requests of other processes
 	Adopt        float64       // probability that a request is nested under a lease another process published on Board
 	Poll         time.Duration // a nested holder asks Lease.Err this often while it holds
+	CheckEvery   time.Duration // when set, every holder asks Lease.Err this often while it holds
 }
 
 // Flags registers the worker's flags on fs and returns a function that
@@ -135,6 +136,7 @@ func (c *WorkerConfig) Flags(fs *flag.FlagSet) func() error {
 	fs.StringVar(&c.Board, "board", "", "directory where leases are published for nested requests of other processes")
 	fs.Float64Var(&c.Adopt, "adopt", 0, "probability that a request is nested under a lease found on -board")
 	fs.DurationVar(&c.Poll, "poll", time.Millisecond, "a nested holder asks Lease.Err this often")
+	fs.DurationVar(&c.CheckEvery, "check-every", 0, "every holder asks Lease.Err this often while it holds (0: only at the end)")
 	return func() error {
 		if *cluster != "" {
 			c.Cluster = strings.Split(*cluster, ",")
@@ -634,8 +636,8 @@ func (w *worker) enqueue(ctx context.Context, p *nsPart, base Event, req lanes.R
 // token with the guard and read the counter; pause; write each counter one
 // higher. A refused token ends the section at once. Keys taken by re-entry
 // (borrowed) are their lender's: the nested holder leaves their counters
-// alone. With poll, the pause asks Lease.Err every cfg.Poll, and ends when
-// the lease is lost.
+// alone. With poll, the pause asks Lease.Err every cfg.Poll (else every
+// cfg.CheckEvery, when set), and ends when the lease is lost.
 func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease *lanes.Lease, hold time.Duration, victim, crash bool,
 	borrowed map[string]bool, poll bool) {
 	type cell struct {
@@ -691,9 +693,13 @@ func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease
 	if victim {
 		time.Sleep(w.cfg.Victim) // the harness stops the process here
 	}
+	every := w.cfg.CheckEvery
 	if poll {
+		every = w.cfg.Poll
+	}
+	if every > 0 {
 		for end := time.Now().Add(hold); time.Now().Before(end) && w.valid(base, lease); {
-			time.Sleep(min(w.cfg.Poll, time.Until(end)))
+			time.Sleep(min(every, time.Until(end)))
 		}
 	} else {
 		time.Sleep(hold)
