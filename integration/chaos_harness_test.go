@@ -240,13 +240,19 @@ func chaosWaitEvent(s *chaosScenario, limit time.Duration, what string, match fu
 	s.h.Until(limit, what, func() bool { return s.h.Seen(match) })
 }
 
-// chaosSeq reads a namespace's sequence number.
+// chaosSeq reads a namespace's sequence number (field seq of meta, the
+// eighth key: docs/PROTOCOL.md).
 func chaosSeq(ctx context.Context, t *testing.T, c redis.UniversalClient, b *redislane.Backend) int64 {
 	t.Helper()
-	ks := b.Keys()
-	v, err := c.Get(ctx, ks[6]).Int64()
+	v, err := c.HGet(ctx, chaosMetaKey(b), "seq").Int64()
 	if err != nil && err != redis.Nil {
 		t.Fatal(err)
 	}
 	return v
 }
+
+// chaosMetaKey and chaosTokensKey name a namespace's meta hash (sequence
+// number, epoch, counts) and fencing counters (docs/PROTOCOL.md, keys 8
+// and 9).
+func chaosMetaKey(b *redislane.Backend) string   { return b.Keys()[7] }
+func chaosTokensKey(b *redislane.Backend) string { return b.Keys()[8] }

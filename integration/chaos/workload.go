@@ -329,7 +329,7 @@ func (w *worker) client1(c int) {
 				req.Lanes = []lanes.Lane{{Key: l.Key, Limit: l.Limit}}
 				w.otherLane(rng, &req)
 				req.Lineage = []string{l.ID}
-				o.lent = map[string]uint64{l.Key: l.Token}
+				o.lent = l.Tokens
 			}
 		}
 		short := rng.Float64() < cfg.Cancel
@@ -523,22 +523,22 @@ func (w *worker) watchLost(base Event, lease *lanes.Lease) (stop func()) {
 // BoardEntry is a lease published on the board, for nested requests of
 // other processes (DESIGN.md invariant 10: lineage crosses processes).
 type BoardEntry struct {
-	ID    string `json:"id"`
-	NS    string `json:"ns"`
-	Key   string `json:"key"`
-	Limit int    `json:"limit"`
-	Token uint64 `json:"token"`
+	ID     string            `json:"id"`
+	NS     string            `json:"ns"`
+	Key    string            `json:"key"` // the lease's first key, which a nested request names
+	Limit  int               `json:"limit"`
+	Tokens map[string]uint64 `json:"tokens"` // every key's token: a nested request borrows each it names
 }
 
 // publish puts a lease (of a request nested under nothing) on the board,
-// when there is one: its first key and token, in a file named by its
+// when there is one: its first key and its tokens, in a file named by its
 // entry id.
 func (w *worker) publish(ns string, req lanes.Request, lease *lanes.Lease) {
 	if w.cfg.Board == "" || len(req.Lineage) > 0 {
 		return
 	}
 	l := req.Lanes[0]
-	b, _ := json.Marshal(BoardEntry{ID: req.ID, NS: ns, Key: l.Key, Limit: l.Limit, Token: lease.Token(l.Key)})
+	b, _ := json.Marshal(BoardEntry{ID: req.ID, NS: ns, Key: l.Key, Limit: l.Limit, Tokens: lease.Tokens()})
 	_ = writeAtomic(filepath.Join(w.cfg.Board, req.ID), b)
 }
 
