@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,11 +43,16 @@ var (
 )
 
 // chaosWorker builds the chaosworker binary once per test binary, into one
-// directory per user that each run overwrites (so runs leave nothing new).
+// directory per user and source tree that each run overwrites (so runs
+// leave nothing new). Per source tree: several checkouts (git worktrees)
+// run their chaos tests at once, each with its own worker, and one must
+// not run another's.
 func chaosWorker(t *testing.T) string {
 	t.Helper()
 	chaosWorkerOnce.Do(func() {
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("lanes-chaosworker-%d", os.Getuid()))
+		wd, _ := os.Getwd()
+		tree := sha256.Sum256([]byte(wd))
+		dir := filepath.Join(os.TempDir(), fmt.Sprintf("lanes-chaosworker-%d-%x", os.Getuid(), tree[:6]))
 		if chaosWorkerErr = os.MkdirAll(dir, 0o755); chaosWorkerErr == nil {
 			chaosWorkerBin, chaosWorkerErr = chaos.BuildWorker(dir)
 		}
@@ -168,6 +174,14 @@ func (s *chaosScenario) finish(o chaos.Options, want ...string) []chaos.Violatio
 	}
 	o.VisualizeDir = s.h.Dir
 	vs := append(chaos.Check(hist, o), s.extra...)
+	// Every worker ran this source tree's scripts (not another
+	// checkout's binary).
+	digest := chaos.ScriptsDigest()
+	for _, e := range hist.Events {
+		if e.Op == chaos.OpStart && !strings.HasSuffix(e.Err, "scripts "+digest) {
+			vs = append(vs, chaos.Violation{Checker: "scenario", Msg: fmt.Sprintf("worker %s ran other scripts than this tree's (%s; want %s)", e.Proc, e.Err, digest)})
+		}
+	}
 	ctx := chaos.Context(t, time.Minute)
 	for _, n := range s.backends {
 		if err := chaos.WaitNoLeak(ctx, n.b, n.c, 3*s.ttl+5*time.Second); err != nil {

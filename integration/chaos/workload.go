@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -179,7 +180,7 @@ func RunWorker(cfg WorkerConfig) error {
 		return err
 	}
 	defer w.close()
-	rec.Record(Event{Op: OpStart, Phase: Ok, Err: fmt.Sprintf("pid %d", os.Getpid())})
+	rec.Record(Event{Op: OpStart, Phase: Ok, Err: fmt.Sprintf("pid %d, scripts %s", os.Getpid(), ScriptsDigest())})
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
 		wg.Go(func() { w.client1(c) })
@@ -835,6 +836,17 @@ func LoadScripts(url string) ([]string, error) {
 		out = append(out, name+" "+sha)
 	}
 	return out, nil
+}
+
+// ScriptsDigest names the lanes scripts a binary embeds (the first bytes of
+// a SHA-256 of them all): a worker records it when it starts, so that a
+// harness can tell it runs workers built from its own source.
+func ScriptsDigest() string {
+	h := sha256.New()
+	for _, name := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua", "record.lua", "doctor.lua"} {
+		h.Write([]byte(lua.Source(name)))
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)[:8])
 }
 
 // resourceFile is the counter file of key in namespace ns, relative to the
