@@ -1,13 +1,11 @@
 package fencing_test
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/fencing"
+	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
 
@@ -41,27 +40,16 @@ func miniredisClient(t *testing.T) *redis.Client {
 	return c
 }
 
-// realRedisClient connects to the real Redis at LANES_REDIS_URL, REDIS_URL
-// or redis://127.0.0.1:6379, and skips t (saying which URL) when it does not
-// answer a PING within 1s.
+// realRedisClient returns a client of the real Redis at LANES_REDIS_URL,
+// REDIS_URL or redis://127.0.0.1:6379 (internal/redistest), closed when t
+// ends. When none answers it skips t with a visible message, or fails t
+// under LANES_REQUIRE_REDIS=1, as every real-Redis test does.
 func realRedisClient(t *testing.T) *redis.Client {
-	raw := cmp.Or(os.Getenv("LANES_REDIS_URL"), os.Getenv("REDIS_URL"), "redis://127.0.0.1:6379")
-	shown := raw
-	if u, err := url.Parse(raw); err == nil {
+	c := redistest.Client(t)
+	shown := redistest.URL()
+	if u, err := url.Parse(shown); err == nil {
 		shown = u.Redacted()
 	}
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		t.Fatalf("redis.ParseURL(%s) = %v", shown, err)
-	}
-	c := redis.NewClient(opt)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		t.Skipf("SKIP: no real Redis answers PING at %s within 1s (%v); set LANES_REDIS_URL to a reachable server to run these tests", shown, err)
-	}
-	t.Cleanup(func() { c.Close() })
 	t.Logf("testing against the real Redis at %s", shown)
 	return c
 }

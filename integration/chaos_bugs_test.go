@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,5 +62,162 @@ func TestChaosWaiterBlamesRedisWhenItHangs(t *testing.T) {
 		t.Logf("the holder's loss: %v", holder.Err())
 	case <-ctx.Done():
 		t.Fatal("the holder never learned it lost its lease")
+	}
+}
+
+// Known bug (DESIGN.md invariants 6 and 10): a borrowed slot outlives its
+// lender. A nested request that took a key by re-entry is removed by the
+// step that removes its lender (a release, an expiry), and that very step
+// grants the key to the next waiter; the borrower's Session hears of it
+// only from a hint, by one more heartbeat round trip. Meanwhile its
+// Lease.Err is nil while the next holder holds the key, and a Release it
+// sends then succeeds, as if it had held until then (a release that finds
+// its entry gone before the local deadline counts as success). Shown here
+// in the same Session (the Session could tell its own borrowers before it
+// sends the lender's release) and from another Session (another process,
+// as lanectl under a lane): after A.Release returns, C holds K (Inspect)
+// while B, nested under A, still finds its lease valid.
+// TestChaosNestedLineages sees it under load (as "borrow-lag", tolerated
+// up to a heartbeat interval); this test skips, saying so, while it shows.
+func TestChaosBorrowerToldAfterNextGrant(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	b, err := redislane.New(srv.Client(), "chaos-bug-borrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := chaos.Context(t, time.Minute)
+	session := func() *lanes.Session {
+		s, err := lanes.NewSession(ctx, b, lanes.WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	lender, other, next := session(), session(), session()
+	k := []lanes.Lane{{Key: "K", Limit: 1}}
+	const rounds = 10
+	var seen []string
+	for i := range rounds {
+		for _, borrowerSession := range []*lanes.Session{lender, other} {
+			where := map[*lanes.Session]string{lender: "same Session", other: "another Session"}[borrowerSession]
+			a, err := lender.Acquire(ctx, lanes.Request{Lanes: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bl, err := borrowerSession.Acquire(ctx, lanes.Request{Lanes: k, Lineage: []string{a.ID()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bl.Token("K") != a.Token("K") {
+				t.Fatalf("re-entry: token %d, not its lender's %d", bl.Token("K"), a.Token("K"))
+			}
+			ts, err := next.Enqueue(ctx, lanes.Request{Lanes: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			berr := bl.Err() // A's release step has already granted K to C
+			snap, err := b.Inspect(ctx, []string{"K"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cHolds := len(snap.Keys) == 1 && len(snap.Keys[0].Holders) == 1 && snap.Keys[0].Holders[0].ID == ts[0].ID()
+			if !cHolds {
+				t.Fatalf("after the lender's release, K is %+v; want %s holding it", snap.Keys, ts[0].ID())
+			}
+			relErr := bl.Release(ctx)
+			if berr == nil {
+				seen = append(seen, fmt.Sprintf("round %d, %s: B.Err() = nil while C held K; B.Release() = %v", i, where, relErr))
+			}
+			c, err := ts[0].Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, s := range seen {
+		t.Log(s)
+	}
+	if len(seen) > 0 {
+		t.Skipf("SKIP: known bug, a borrower is told that its lender's lease ended only after the next holder was granted its key: %d of %d rounds", len(seen), 2*rounds)
+	}
+}
+
+// Known bug (DESIGN.md invariant 6, docs/PROTOCOL.md "Epochs"): a holder
+// whose first step after Redis lost its data (FLUSHALL, a restart without
+// persistence) is its release is told the release succeeded, as if it had
+// held the lease until then. release.lua finds no entry and replies with
+// another epoch (or none); Lease.Release takes an entry gone before its
+// local deadline for the work of an earlier try of its own release, and
+// returns nil; Released carries no epoch that would tell a loss apart. In
+// the meantime another holder may have been granted the key (a new state
+// grants at once), so a holder that checks its release's result to
+// decide whether its work counted is misled. TestChaosRedisFlushAll sees
+// it under load and tolerates it; this test skips, saying so, while it
+// shows.
+func TestChaosReleaseAfterFlushSucceeds(t *testing.T) {
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	b, err := redislane.New(srv.Client(), "chaos-bug-flush")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := chaos.Context(t, time.Minute)
+	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	k := []lanes.Lane{{Key: "K", Limit: 1}}
+	const rounds = 5
+	var seen []string
+	for i := range rounds {
+		a, err := s.Acquire(ctx, lanes.Request{Lanes: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := admin.FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// With i odd, another holder is granted K first (a new state grants
+		// at once), and A's release comes at once, before A's Session can
+		// hear the reset.
+		var c *lanes.Lease
+		if i%2 == 1 {
+			if c, err = other.Acquire(ctx, lanes.Request{Lanes: k}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Release(ctx); err == nil {
+			what := "no one else held K"
+			if c != nil {
+				what = fmt.Sprintf("%s held K since before it, with token %d", c.ID(), c.Token("K"))
+			}
+			seen = append(seen, fmt.Sprintf("round %d: Release after FLUSHALL = nil (%s)", i, what))
+		} else if !errors.Is(err, lanes.ErrLeaseLost) {
+			t.Errorf("round %d: Release after FLUSHALL = %v; want an error wrapping ErrLeaseLost", i, err)
+		}
+		if c != nil {
+			_ = c.Release(ctx)
+		}
+	}
+	for _, x := range seen {
+		t.Log(x)
+	}
+	if len(seen) > 0 {
+		t.Skipf("SKIP: known bug, a release after Redis lost its data reports success instead of ErrLeaseLost: %d of %d rounds", len(seen), rounds)
 	}
 }

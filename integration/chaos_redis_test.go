@@ -3,7 +3,10 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,6 +147,9 @@ func TestChaosRedisRestartAOF(t *testing.T) {
 		}
 		tok1 := chaosTokens(ctx, t, c, b)
 		for k, v := range tok0 {
+			if strings.HasPrefix(k, "\x00") {
+				continue // not a counter (\0maxttl)
+			}
 			if len(tok1[k]) < len(v) || len(tok1[k]) == len(v) && tok1[k] < v {
 				s.violation("state", "the fencing counter of %s went back from %s to %s", k, v, tok1[k])
 			}
@@ -189,6 +195,16 @@ func TestChaosRedisRestartWithoutPersistence(t *testing.T) {
 		return s.args(srv.URL(), ns, uint64(1000+i), "-clients", "2", "-ops", "1000000",
 			"-for", (time.Duration(restarts)*4*time.Second + time.Second).String())
 	})
+	// Two slow holders take turns on l0 (one holds, the other waits), so
+	// that each restart has a holder running through it whose notice of
+	// the loss, and the next holder's overlap with it, are measured.
+	slow := s.h.RunFleet("h", 2, func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), ns, uint64(1050+i), "-lanes", "l0:1", "-multi", "0", "-cancel", "0", "-clients", "1",
+			"-ops", "1000000", "-hold-min", "300ms", "-hold", "600ms", "-for", (time.Duration(restarts)*4*time.Second + time.Second).String())
+	})
 	type window struct{ from, to time.Time }
 	var windows []window
 	var victims []string
@@ -214,33 +230,170 @@ func TestChaosRedisRestartWithoutPersistence(t *testing.T) {
 		s.h.Wait(v, time.Minute)
 	}
 	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	slow.Wait(time.Minute)
 	hist := s.h.History()
+	var notices []chaos.LossNotice
 	for _, w := range windows {
 		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
-		// Tokens keep growing across the loss of the counters.
-		before := map[string]uint64{}
-		for _, a := range hist.Granted() {
-			if a.Return < w.from.UnixNano() {
-				for k, tok := range a.Tokens {
-					before[k] = max(before[k], tok)
-				}
-			}
-		}
-		for _, a := range hist.Granted() {
-			if a.Invoke > w.to.UnixNano() {
-				for k, tok := range a.Tokens {
-					if tok <= before[k] {
-						s.violation("fencing", "%s got token %d for %s after the restart, not above %d from before", a.ID, tok, k, before[k])
-					}
-				}
-			}
-		}
+		chaosTokensAbove(s, hist, w.from, w.to, "the restart")
+		// The holders that ran through the restart (not the stopped
+		// victim) hear of the loss: at the latest when a heartbeat finds
+		// their entries gone, within a heartbeat interval of Redis's
+		// return (plus the restart itself).
+		notices = append(notices, chaos.NoticeOfLoss(hist, w.from, w.to, func(p string) bool { return slices.Contains(victims, p) }))
 	}
 	for _, name := range victims {
 		chaosCheckVictim(s, hist, name)
 	}
-	s.fault(fmt.Sprintf("%d x kill -9 and empty restart of redis-server, each with a holder SIGSTOPped across it", restarts))
+	told, overlap := chaosCheckNotices(s, notices, "restart", s.ttl, true)
+	s.fault(fmt.Sprintf("%d x kill -9 and empty restart of redis-server, each with a holder SIGSTOPped across it; the other holders (%d) told %s after Redis was back, the next holder overlapping an old one %s at most",
+		restarts, len(told), chaosP50Max(told), chaosP50Max(overlap)))
 	s.finish(chaos.Options{DataLoss: true})
+}
+
+// FLUSHALL of the server while the replicas work: every state key and the
+// fencing counters vanish at once. That looks like a namespace never used
+// (docs/PROTOCOL.md, known limits): the next enqueue makes a new state,
+// grants at once, and publishes {"reset": epoch} on the namespace's
+// channel, on which every Session polls at once. So every holder hears of
+// the loss promptly (its Lease.Lost closes well before its next heartbeat),
+// no release after the flush finds a lease from before it held, tokens
+// after the flush are above every token before (Redis time x 1024), and
+// the window during which a new holder may overlap an old one that has not
+// heard yet (the known limit) is measured: it must stay within one
+// heartbeat interval (TTL/3), about a round trip in practice.
+func TestChaosRedisFlushAll(t *testing.T) {
+	s := chaosStart(t, "FLUSHALL while holders hold")
+	s.ttl = 3 * time.Second // heartbeats every second: a prompt notice is not a heartbeat's
+	srv := chaos.StartServer(t, chaos.ServerOptions{})
+	admin := srv.Client()
+	b := s.namespace(admin, "chaos-flushall-")
+	rounds := chaosSize(3, 12)
+	f := s.h.RunFleet("r", chaosSize(3, 6), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(1600+i), "-clients", "2", "-ops", "1000000",
+			"-hold-min", "30ms", "-hold", "150ms", "-for", (time.Duration(rounds)*time.Second + 2*time.Second).String())
+	})
+	type window struct{ from, to time.Time }
+	var windows []window
+	last := time.Now()
+	for range rounds {
+		// A holder holds: the flush has someone to tell.
+		chaosWaitEvent(s, time.Minute, "a grant before the flush", func(e chaos.Event) bool {
+			return e.Op == chaos.OpAcquire && e.Phase == chaos.Ok && e.Time > last.UnixNano()+int64(500*time.Millisecond)
+		})
+		from := s.h.Fault("FLUSHALL", chaos.Invoke)
+		if err := admin.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		last = s.h.Fault("FLUSHALL done", chaos.Ok)
+		windows = append(windows, window{from, last})
+	}
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	// The known bug: a holder whose first step after the flush is its
+	// release is told that the release succeeded (the release finds its
+	// entry gone before the local deadline and takes that for an earlier
+	// try of its own), not that the lease was lost. Such a release is
+	// treated as unconfirmed (the lease ended somewhere between its grant
+	// and that release), and logged.
+	var known []string
+	s.adjust = func(h *chaos.History) {
+		known = known[:0]
+		for _, a := range h.Attempts {
+			for _, w := range windows {
+				if a.Outcome == chaos.Granted && a.Return < w.from.UnixNano() && a.Release == chaos.Released && a.RelInvoke > w.to.UnixNano() {
+					known = append(known, fmt.Sprintf("%s (%s): its release %v after the flush returned nil", a.ID, a.Proc,
+						time.Duration(a.RelInvoke-w.to.UnixNano()).Round(time.Microsecond)))
+					a.Release, a.GoneAt, a.RelClass = chaos.Dropped, a.RelReturn, chaos.ClassLost
+				}
+			}
+		}
+	}
+	hist := s.h.History()
+	s.adjust(hist)
+	var notices []chaos.LossNotice
+	for _, w := range windows {
+		s.extra = append(s.extra, chaos.CheckLostAcross(hist, w.from, w.to)...)
+		chaosTokensAbove(s, hist, w.from, w.to, "the flush")
+		notices = append(notices, chaos.NoticeOfLoss(hist, w.from, w.to, func(string) bool { return false }))
+	}
+	told, overlap := chaosCheckNotices(s, notices, "FLUSHALL", s.ttl/3, true)
+	resets := 0
+	if snap, err := b.Inspect(chaos.Context(t, time.Minute), nil); err == nil {
+		resets = int(snap.Stats.Resets)
+	}
+	for _, k := range known {
+		t.Logf("KNOWN BUG (a release after the flush reports success): %s", k)
+	}
+	s.fault(fmt.Sprintf("%d x FLUSHALL, TTL %v (heartbeat %v): %d holders across them, told %s after the flush; the next holder overlapping an old one %s at most; %d releases after a flush reported success (known bug); %d resets counted",
+		rounds, s.ttl, s.ttl/3, len(told), chaosP50Max(told), chaosP50Max(overlap), len(known), resets))
+	s.finish(chaos.Options{DataLoss: true})
+}
+
+// chaosTokensAbove checks that every token granted after a fault that lost
+// the fencing counters (to) is above every token of its key from before
+// (from).
+func chaosTokensAbove(s *chaosScenario, hist *chaos.History, from, to time.Time, what string) {
+	before := map[string]uint64{}
+	for _, a := range hist.Granted() {
+		if a.Return < from.UnixNano() {
+			for k, tok := range a.Tokens {
+				before[k] = max(before[k], tok)
+			}
+		}
+	}
+	for _, a := range hist.Granted() {
+		if a.Invoke > to.UnixNano() {
+			for k, tok := range a.Tokens {
+				if tok <= before[k] {
+					s.violation("fencing", "%s got token %d for %s after %s, not above %d from before", a.ID, tok, k, what, before[k])
+				}
+			}
+		}
+	}
+}
+
+// chaosCheckNotices checks how the holders heard of losses: each loss had
+// a holder to tell (with need), every holder was told, within bound of the
+// fault's end, and the next holder overlapped old ones for at most bound.
+// It returns every notice and overlap.
+func chaosCheckNotices(s *chaosScenario, ns []chaos.LossNotice, what string, bound time.Duration, need bool) (told, overlap []time.Duration) {
+	for i, n := range ns {
+		if n.Holders == 0 && need {
+			s.violation("scenario", "%s %d: no lease was held across it: nothing to tell", what, i+1)
+		}
+		for _, u := range n.Untold {
+			s.violation("lease", "%s %d: %s", what, i+1, u)
+		}
+		for _, d := range n.Told {
+			if d > bound {
+				s.violation("lease", "%s %d: a holder heard of the loss %v after it, more than %v", what, i+1, d, bound)
+			}
+		}
+		if m := chaos.Percentile(n.Overlap, 100); m > bound {
+			s.violation("lease", "%s %d: the next holder may have overlapped an old one for %v, more than %v: %s", what, i+1, m, bound, n.Worst)
+		}
+		s.t.Logf("%s %d: %d holders, told after %s, overlap %s; worst: %s", what, i+1, n.Holders, chaosP50Max(n.Told), chaosP50Max(n.Overlap), n.Worst)
+		told = append(told, n.Told...)
+		overlap = append(overlap, n.Overlap...)
+	}
+	return told, overlap
+}
+
+// chaosP50Max prints the median and the maximum of ds.
+func chaosP50Max(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "n/a"
+	}
+	r := func(d time.Duration) time.Duration {
+		if d < time.Millisecond {
+			return d.Round(time.Microsecond)
+		}
+		return d.Round(100 * time.Microsecond)
+	}
+	return fmt.Sprintf("p50 %v / max %v (n=%d)", r(chaos.Percentile(ds, 50)), r(chaos.Percentile(ds, 100)), len(ds))
 }
 
 // chaosCheckVictim checks a holder that was stopped across a fault and
@@ -398,4 +551,113 @@ func TestChaosFailoverToLaggingReplica(t *testing.T) {
 	}
 	s.fault("replication frozen, holder SIGSTOPped, master kill -9, REPLICAOF NO ONE on the replica, clients moved")
 	s.finish(chaos.Options{DataLoss: true})
+}
+
+// maxmemory with volatile-lru under cache pressure: the server is capped
+// (16 MB) and evicts keys that carry a TTL, least recently used first,
+// while another client fills it with cache keys that carry one, several
+// times past the cap, as the replicas work. lanes' keys carry no TTL
+// (docs/PROTOCOL.md), so volatile-lru never picks them, and a Session
+// accepts that policy: nothing of the namespace may vanish (every key the
+// server evicted or expired was a cache key: their count is exactly the
+// cache keys written less those left; no reset counted; no key of the
+// namespace with a TTL, checked every half second), no step may fail with
+// OOM, and every checker passes. The scenario fails if the server evicted
+// nothing (no pressure, nothing tested).
+func TestChaosMaxmemoryVolatileLRU(t *testing.T) {
+	s := chaosStart(t, "maxmemory 16mb, volatile-lru, cache keys filling the server")
+	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "16mb", "--maxmemory-policy", "volatile-lru"}})
+	admin := srv.Client()
+	b := s.namespace(admin, "chaos-maxmem-")
+	ctx := chaos.Context(t, 10*time.Minute)
+	run := chaosSize(6*time.Second, 30*time.Second)
+	f := s.h.RunFleet("r", chaosSize(3, 8), func(i, inc int) []string {
+		if inc > 0 {
+			return nil
+		}
+		return s.args(srv.URL(), b.Namespace(), uint64(1700+i), "-clients", "2", "-ops", "1000000", "-for", run.String())
+	})
+	done := f.Done()
+	var wg sync.WaitGroup
+	var written, batches, cacheKeys int64
+	var fillErr error
+	wg.Go(func() { // the cache: 1 KB values with a TTL, 100 per pipeline, every 10 ms
+		value := strings.Repeat("x", 1024)
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			p := admin.Pipeline()
+			for i := range 100 {
+				p.Set(ctx, fmt.Sprintf("cache:%d:%d", n, i), value, time.Hour)
+			}
+			if _, err := p.Exec(ctx); err != nil && fillErr == nil {
+				fillErr = err
+			}
+			written += 100 * 1024
+			batches++
+			cacheKeys += 100
+		}
+	})
+	var ttlSeen []string
+	wg.Go(func() { // lanes' keys: all there once used, none with a TTL
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			for _, k := range b.Keys() {
+				if d, err := admin.PTTL(ctx, k).Result(); err == nil && d >= 0 { // -1: no TTL, -2: no key
+					ttlSeen = append(ttlSeen, fmt.Sprintf("%s has a TTL of %v", k, d))
+				}
+			}
+		}
+	})
+	f.Wait(chaosSize(2*time.Minute, 10*time.Minute))
+	wg.Wait()
+	if fillErr != nil {
+		t.Fatalf("filling the cache: %v", fillErr)
+	}
+	for _, x := range ttlSeen {
+		s.violation("state", "%s", x)
+	}
+	evicted, err := chaos.InfoField(ctx, admin, "stats", "evicted_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := chaos.InfoField(ctx, admin, "stats", "expired_keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left int64
+	for it := admin.Scan(ctx, 0, "cache:*", 1000).Iterator(); it.Next(ctx); {
+		left++
+	}
+	ev, _ := strconv.ParseInt(evicted, 10, 64)
+	ex, _ := strconv.ParseInt(expired, 10, 64)
+	if gone := cacheKeys - left; ev+ex != gone {
+		s.violation("state", "the server evicted %d keys and expired %d, but only %d cache keys are gone (%d written, %d left): it evicted or expired %d other keys",
+			ev, ex, gone, cacheKeys, left, ev+ex-gone)
+	}
+	used, err := chaos.InfoField(ctx, admin, "memory", "used_memory_human")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evicted == "" || evicted == "0" {
+		s.violation("scenario", "the server evicted no key (%d MB written, used memory %s): no pressure, nothing tested", written>>20, used)
+	}
+	snap, err := b.Inspect(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Stats.Resets != 0 {
+		s.violation("state", "the namespace was reset %d times: part of its state vanished under memory pressure", snap.Stats.Resets)
+	}
+	t.Logf("cache: %d MB in %d pipelines; the server evicted %s keys, used memory %s", written>>20, batches, evicted, used)
+	s.fault(fmt.Sprintf("maxmemory 16mb, volatile-lru; %d MB of cache keys with a TTL written meanwhile, %s of them evicted; %d resets of the namespace",
+		written>>20, evicted, snap.Stats.Resets))
+	s.finish(chaos.Options{Forbidden: []string{"OOM"}})
 }

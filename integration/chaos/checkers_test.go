@@ -343,3 +343,203 @@ func TestCheckersCatchNoProgress(t *testing.T) {
 	wantOnly(t, Check(h, Options{MinGrants: 2}), "progress", "1 grants in 1 requests; want at least 2")
 	wantOnly(t, Check(h, Options{MinGrantsPerProc: 1}), "progress", "process b exited cleanly after 0 grants")
 }
+
+// nested records a request of key nested under lineage, as grant does; its
+// Enqueue step answers "ready" (granted at once) when enq == got.
+func (s *synth) nested(proc, id, key string, limit int, lineage []string, inv, enq, got int64, tok uint64, rel int64) Event {
+	base := Event{Proc: proc, ID: id, NS: "ns", Keys: []string{key}, Limits: []int{limit}, Lin: lineage}
+	s.add(inv, withOp(base, OpAcquire, Invoke))
+	s.add(inv, withOp(base, OpEnqueue, Invoke))
+	e := withOp(base, OpEnqueue, Ok)
+	e.State = "waiting"
+	if enq == got {
+		e.State = "ready"
+	}
+	s.add(enq, e)
+	ok := withOp(base, OpAcquire, Ok)
+	ok.Tokens = map[string]uint64{key: tok}
+	s.add(got, ok)
+	if rel > 0 {
+		s.add(rel, withOp(base, OpRelease, Invoke))
+		s.add(rel+1, withOp(base, OpRelease, Ok))
+	}
+	return base
+}
+
+func (s *synth) valid(base Event, at int64) {
+	s.add(at, withOp(base, OpValid, Invoke))
+	s.add(at+1, withOp(base, OpValid, Ok))
+}
+
+// Re-entry as it should be: a nested request in the same process and one
+// in another take the parent's slot at once with its token, a waiter
+// enqueued before them is granted after the parent without a FIFO
+// complaint, and a borrower whose lender released first is told before the
+// next holder comes.
+func TestCheckersAcceptNestedHistory(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.proc("c")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 100)
+	s.grant("c", "c1", "K", 1, 14, 15, 105, 6, 110) // queued before the nested requests asked
+	kid := s.nested("a", "a1-n", "K", 1, []string{"a1"}, 20, 21, 21, 5, 50)
+	s.valid(kid, 30)
+	other := s.nested("b", "b1", "K", 1, []string{"a1"}, 25, 26, 26, 5, 60)
+	s.valid(other, 40)
+	// A parent that released before its nested request: the borrower is
+	// told (Lost) before the next holder is granted.
+	s.grant("a", "a2", "J", 1, 10, 11, 12, 7, 200)
+	d := s.nested("a", "a2-n", "J", 1, []string{"a2"}, 20, 21, 21, 7, 0)
+	s.valid(d, 150)
+	s.add(203, withOp(d, OpLost, Ok))
+	s.add(210, withOp(d, OpRelease, Invoke))
+	f := withOp(d, OpRelease, Fail)
+	f.Class = ClassLost
+	s.add(211, f)
+	s.add(212, withOp(d, OpGone, Ok))
+	s.grant("c", "c2", "J", 1, 190, 191, 205, 8, 220)
+	h := s.history()
+	if vs := Check(h, Options{}); len(vs) != 0 {
+		t.Fatalf("violations in a valid nested history: %v", vs)
+	}
+	st := Nesting(h)
+	if st.Nested != 3 || st.Reentered != 3 || st.Cross != 1 || st.Orphaned != 1 {
+		t.Fatalf("nesting %+v; want 3 nested, 3 re-entered, 1 across processes, 1 orphaned", st)
+	}
+}
+
+// A borrowed slot that outlived its lender: a1 released K, c1 was granted
+// it, and a1's nested request still found its lease valid.
+func TestCheckersCatchBorrowerOutlivingLender(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("c")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 40)
+	kid := s.nested("a", "a1-n", "K", 1, []string{"a1"}, 20, 21, 21, 5, 0)
+	s.valid(kid, 50)
+	s.add(60, withOp(kid, OpLost, Ok))
+	s.add(61, withOp(kid, OpRelease, Invoke))
+	f := withOp(kid, OpRelease, Fail)
+	f.Class = ClassLost
+	s.add(62, f)
+	s.add(63, withOp(kid, OpGone, Ok))
+	s.grant("c", "c1", "K", 1, 30, 31, 45, 6, 70)
+	vs := Check(s.history(), Options{})
+	for _, v := range vs {
+		t.Logf("reported: %s", v)
+	}
+	if got := checkers(vs); got != "mutex,borrow" {
+		t.Fatalf("checkers %q; want mutex (the model) and borrow", got)
+	}
+	if !strings.Contains(vs[1].Msg, "outlived its lender") {
+		t.Errorf("borrow violation %q does not say the slot outlived its lender", vs[1].Msg)
+	}
+}
+
+// A nested request whose parent held its key throughout, yet got a token
+// of its own (the key was granted twice).
+func TestCheckersCatchReentryWithAnotherToken(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 100)
+	s.nested("a", "a1-n", "K", 1, []string{"a1"}, 20, 21, 21, 6, 50)
+	vs := Check(s.history(), Options{})
+	for _, v := range vs {
+		t.Logf("reported: %s", v)
+	}
+	if !strings.Contains(checkers(vs), "reentry") || !strings.Contains(checkers(vs), "mutex") {
+		t.Fatalf("checkers %q; want the mutex model and reentry", checkers(vs))
+	}
+}
+
+// A nested request on its parent's key that was queued instead of granted
+// at once, and gave up.
+func TestCheckersCatchReentryQueued(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 100)
+	base := Event{Proc: "a", ID: "a1-n", NS: "ns", Keys: []string{"K"}, Limits: []int{1}, Lin: []string{"a1"}}
+	s.add(20, withOp(base, OpAcquire, Invoke))
+	s.add(20, withOp(base, OpEnqueue, Invoke))
+	e := withOp(base, OpEnqueue, Ok)
+	e.State = "waiting"
+	s.add(21, e)
+	f := withOp(base, OpAcquire, Fail)
+	f.Class = ClassCancel
+	s.add(60, f)
+	wantOnly(t, Check(s.history(), Options{}), "reentry", "instead of being granted at once")
+}
+
+// A grant with its lender's token after the lender had released: re-entry
+// under a lease that had ended.
+func TestCheckersCatchReentryAfterLenderLeft(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("b")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 20)
+	s.nested("b", "b1", "K", 1, []string{"a1"}, 30, 31, 31, 5, 40)
+	wantOnly(t, CheckLanes(s.history(), Options{}), "mutex", "no order")
+}
+
+// With BorrowLag, a borrower told within the lag of the next grant is the
+// known bug (borrow-lag) and the models let it be; later, it is a
+// violation.
+func TestCheckersBorrowLag(t *testing.T) {
+	s := &synth{}
+	s.proc("a")
+	s.proc("c")
+	s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 40)
+	kid := s.nested("a", "a1-n", "K", 1, []string{"a1"}, 20, 21, 21, 5, 0)
+	s.valid(kid, 50)
+	s.add(60, withOp(kid, OpLost, Ok))
+	s.add(61, withOp(kid, OpRelease, Invoke))
+	f := withOp(kid, OpRelease, Fail)
+	f.Class = ClassLost
+	s.add(62, f)
+	s.add(63, withOp(kid, OpGone, Ok))
+	s.grant("c", "c1", "K", 1, 30, 31, 45, 6, 70)
+	wantOnly(t, Check(s.history(), Options{BorrowLag: 10}), "borrow-lag", "outlived its lender by 5ns")
+	wantOnly(t, Check(s.history(), Options{BorrowLag: 2}), "borrow", "outlived its lender by 5ns")
+}
+
+// An entry that borrowed K from a1 and holds J in its own right is removed
+// whole when a1 releases: J may go to the next holder, and the entry must
+// not find its lease valid after that (or, with BorrowLag, only within the
+// lag).
+func TestCheckersRevokedEntryLosesItsOwnKeys(t *testing.T) {
+	mk := func() *History {
+		s := &synth{}
+		s.proc("a")
+		s.proc("b")
+		s.proc("c")
+		s.grant("a", "a1", "K", 1, 10, 11, 12, 5, 40)
+		base := Event{Proc: "b", ID: "b1", NS: "ns", Keys: []string{"K", "J"}, Limits: []int{1, 1}, Lin: []string{"a1"}}
+		s.add(20, withOp(base, OpAcquire, Invoke))
+		s.add(20, withOp(base, OpEnqueue, Invoke))
+		e := withOp(base, OpEnqueue, Ok)
+		e.State = "ready"
+		s.add(21, e)
+		ok := withOp(base, OpAcquire, Ok)
+		ok.Tokens = map[string]uint64{"K": 5, "J": 9}
+		s.add(21, ok)
+		s.valid(base, 30)
+		s.valid(base, 50) // after c1 got J
+		s.add(60, withOp(base, OpLost, Ok))
+		s.add(61, withOp(base, OpRelease, Invoke))
+		f := withOp(base, OpRelease, Fail)
+		f.Class = ClassLost
+		s.add(62, f)
+		s.add(63, withOp(base, OpGone, Ok))
+		s.grant("c", "c1", "J", 1, 35, 36, 45, 10, 70)
+		return s.history()
+	}
+	vs := Check(mk(), Options{})
+	for _, v := range vs {
+		t.Logf("reported: %s", v)
+	}
+	if got := checkers(vs); got != "mutex,borrow" {
+		t.Fatalf("checkers %q; want mutex (the model) and borrow", got)
+	}
+	wantOnly(t, Check(mk(), Options{BorrowLag: 10}), "borrow-lag", `key "J": a borrowed slot outlived its lender by 5ns`)
+}

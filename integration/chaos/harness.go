@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -233,6 +234,46 @@ func (h *Harness) Seen(match func(Event) bool) bool {
 		}
 	}
 	return false
+}
+
+// Holding reports whether process proc holds a lease now, as far as the
+// tail of its history file tells (a grant recorded, its release not yet
+// invoked, no loss noticed): a harness that wants its fault to land while
+// a process holds polls it first.
+func (h *Harness) Holding(proc string) bool {
+	f, err := os.Open(filepath.Join(h.Dir, proc+".jsonl"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	const tailLen = 32 << 10
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	off := max(st.Size()-tailLen, 0)
+	buf := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return false
+	}
+	lines := strings.Split(string(buf), "\n")
+	if off > 0 {
+		lines = lines[1:] // cut short
+	}
+	held := map[string]bool{}
+	for _, l := range lines {
+		var e Event
+		if json.Unmarshal([]byte(l), &e) != nil {
+			continue
+		}
+		switch {
+		case e.Op == OpAcquire && e.Phase == Ok:
+			held[e.ID] = true
+		case e.Op == OpRelease && e.Phase == Invoke, e.Op == OpLost:
+			delete(held, e.ID)
+		}
+	}
+	return len(held) > 0
 }
 
 // Fleet keeps N replicas running: each replica runs incarnations one after

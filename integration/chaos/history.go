@@ -58,6 +58,7 @@ const (
 	ClassNotHolder   = "notholder"   // lanes.ErrNotHolder
 	ClassUnavailable = "unavailable" // lanes.ErrUnavailable: the step's outcome is unknown
 	ClassStale       = "stale"       // the fencing guard refused the token
+	ClassCycle       = "cycle"       // lanes.ErrLockCycle: a nested request refused as closing a wait-for cycle
 	ClassOther       = "other"
 )
 
@@ -72,6 +73,7 @@ type Event struct {
 	NS     string            `json:"ns,omitempty"`  // namespace
 	Keys   []string          `json:"k,omitempty"`   // lane keys (acquire), or the one key of a resource op
 	Limits []int             `json:"l,omitempty"`   // limits, per key
+	Lin    []string          `json:"lin,omitempty"` // lineage of an acquire: the entry ids it is nested under, outermost first
 	Tokens map[string]uint64 `json:"tok,omitempty"` // fencing tokens, per key
 	State  string            `json:"st,omitempty"`  // held, waiting or gone
 	Value  int64             `json:"v,omitempty"`   // resource value read or written
@@ -200,11 +202,21 @@ type Attempt struct {
 	NS     string
 	Keys   []string
 	Limits []int
+	// Lineage is the request's lineage (Request.Lineage): the entries it
+	// is nested under, outermost first.
+	Lineage []string
+	// Borrowed maps each key the attempt took by re-entry to the entry id
+	// of its lender: the nearest ancestor granted that key in its own
+	// right with the same token (tokens of grants in their own right never
+	// repeat, so an equal token is a re-entry). Empty for grants in their
+	// own right.
+	Borrowed map[string]string
 
 	Invoke     int64 // acquire invoked
 	FirstEnq   int64 // first Enqueue step invoked
 	EnqOK      int64 // an Enqueue step returned the entry: its place was fixed by then; 0 if none did
 	EnqSteps   int   // Enqueue steps sent (retries included)
+	EnqReady   bool  // the first Enqueue step that answered found it granted at once
 	Outcome    Outcome
 	Class      string // of an Ended attempt
 	Err        string
@@ -259,6 +271,9 @@ type History struct {
 	Faults []Event
 	// End is the time of the last event.
 	End int64
+	// ByID maps an entry id to its attempt (ids name one request across
+	// every process: they carry the incarnation's name).
+	ByID map[string]*Attempt
 }
 
 // Resource names the resource of key in namespace ns.
@@ -266,7 +281,7 @@ func Resource(ns, key string) string { return ns + "/" + key }
 
 // Build assembles a merged event list into a History.
 func Build(events []Event) *History {
-	h := &History{Events: events, Procs: map[string]string{}}
+	h := &History{Events: events, Procs: map[string]string{}, ByID: map[string]*Attempt{}}
 	type ck struct {
 		proc   string
 		client int
@@ -306,8 +321,11 @@ func Build(events []Event) *History {
 		case OpAcquire:
 			if e.Phase == Invoke {
 				a = &Attempt{ID: e.ID, Proc: e.Proc, Client: e.Client, NS: e.NS, Keys: e.Keys, Limits: e.Limits,
-					Invoke: e.Time, Outcome: Open, GoneAt: Never}
+					Lineage: e.Lin, Invoke: e.Time, Outcome: Open, GoneAt: Never}
 				byID[key] = a
+				if h.ByID[e.ID] == nil {
+					h.ByID[e.ID] = a
+				}
 				h.Attempts = append(h.Attempts, a)
 				continue
 			}
@@ -330,7 +348,7 @@ func Build(events []Event) *History {
 					a.FirstEnq = e.Time
 				}
 			} else if e.Phase == Ok && a.EnqOK == 0 {
-				a.EnqOK = e.Time
+				a.EnqOK, a.EnqReady = e.Time, e.State == "ready"
 			}
 		case OpRelease:
 			if a == nil {
@@ -414,7 +432,42 @@ func Build(events []Event) *History {
 			a.Valid = a.Valid[:n-1] // never answered: its process died
 		}
 	}
+	for _, a := range h.Attempts {
+		h.findLenders(a)
+	}
 	return h
+}
+
+// findLenders fills a.Borrowed: for each key of a granted attempt with a
+// lineage, the nearest ancestor (the last in the lineage) that was granted
+// the key in its own right with the very token a got.
+func (h *History) findLenders(a *Attempt) {
+	if a.Outcome != Granted || len(a.Lineage) == 0 || a.Borrowed != nil {
+		return
+	}
+	a.Borrowed = map[string]string{}
+	for _, k := range a.Keys {
+		for i := len(a.Lineage) - 1; i >= 0; i-- {
+			l := h.ByID[a.Lineage[i]]
+			if l == nil || l == a || l.Outcome != Granted || l.NS != a.NS {
+				continue
+			}
+			h.findLenders(l)
+			if l.Borrowed[k] == "" && l.Tokens[k] != 0 && l.Tokens[k] == a.Tokens[k] {
+				a.Borrowed[k] = l.ID
+				break
+			}
+		}
+	}
+}
+
+// Lender returns the attempt a borrowed key from, or nil when a holds key
+// in its own right.
+func (h *History) Lender(a *Attempt, key string) *Attempt {
+	if id := a.Borrowed[key]; id != "" {
+		return h.ByID[id]
+	}
+	return nil
 }
 
 // Load reads and builds the history of dir.

@@ -48,7 +48,7 @@ func Recoveries(h *History) []Recovery {
 				continue // released, or its release in flight
 			}
 			for _, k := range a.Keys {
-				if a.Limit(k) == 1 {
+				if a.Limit(k) == 1 && a.Borrowed[k] == "" {
 					keys = append(keys, held{a.NS, k})
 				}
 			}
@@ -56,7 +56,7 @@ func Recoveries(h *History) []Recovery {
 		for _, k := range keys {
 			next := Never
 			for _, b := range h.Attempts {
-				if b.Proc != proc && b.Outcome == Granted && b.NS == k.ns && b.Limit(k.key) > 0 &&
+				if b.Proc != proc && b.Outcome == Granted && b.NS == k.ns && b.Limit(k.key) > 0 && b.Borrowed[k.key] == "" &&
 					b.Invoke < c.Time && b.Return > c.Time && b.Return < next {
 					next = b.Return
 				}
@@ -122,4 +122,102 @@ func AppendReport(row Row) error {
 	defer f.Close()
 	_, err = fmt.Fprintln(f, strings.TrimSpace(row.Markdown()))
 	return err
+}
+
+// LossNotice is how the holders of a fault that ended every lease at once
+// (FLUSHALL, a restart without persistence) heard of it.
+type LossNotice struct {
+	// Holders counts the leases held when the fault began, in processes
+	// that were neither stopped nor killed, whose release had not begun
+	// before the fault ended.
+	Holders int
+	// Told is, for each holder, how long after the fault ended its
+	// Lease.Lost closed (0 if during the fault).
+	Told []time.Duration
+	// Untold describes the holders that never heard: no Lost, and a
+	// release after the fault that the backend confirmed as held, or no
+	// end at all.
+	Untold []string
+	// Overlap is, for each key of limit 1 that a holder held across the
+	// fault and that was granted again after it, how long the next holder
+	// may have overlapped the old ones: from when its request was invoked
+	// (or the fault began, if later) to the last Lost of the old holders.
+	// That bounds the real overlap from above (the grant came after the
+	// request, the notice before Lost was recorded); 0 when every old
+	// holder was told before the new request was even sent.
+	Overlap []time.Duration
+	// Worst describes the largest overlap.
+	Worst string
+}
+
+// NoticeOfLoss measures how the holders of h heard of a fault that began
+// at from and ended at to and lost every lease; skip names processes to
+// leave out (one stopped across the fault cannot hear anything).
+func NoticeOfLoss(h *History, from, to time.Time, skip func(proc string) bool) LossNotice {
+	var ln LossNotice
+	f, t := from.UnixNano(), to.UnixNano()
+	type lk struct{ ns, key string }
+	old := map[lk][]*Attempt{}
+	for _, a := range h.Attempts {
+		if a.Outcome != Granted || a.Return >= f || (a.RelInvoke != 0 && a.RelInvoke < t) || skip(a.Proc) {
+			continue
+		}
+		if h.Procs[a.Proc] == "kill" || h.Procs[a.Proc] == "crash" {
+			continue
+		}
+		ln.Holders++
+		switch {
+		case a.Lost != 0:
+			ln.Told = append(ln.Told, time.Duration(max(a.Lost-t, 0)))
+		case a.Release == Released:
+			ln.Untold = append(ln.Untold, fmt.Sprintf("%s (%s), granted at %s, never told: its release at %s was confirmed as held",
+				a.ID, a.Proc, stamp(h, a.Return), stamp(h, a.RelInvoke)))
+		case a.RelReturn != 0:
+			// Told by its release's error.
+			ln.Told = append(ln.Told, time.Duration(max(a.RelReturn-t, 0)))
+		default:
+			ln.Untold = append(ln.Untold, fmt.Sprintf("%s (%s), granted at %s, never told and never released", a.ID, a.Proc, stamp(h, a.Return)))
+		}
+		for _, k := range a.Keys {
+			if a.Limit(k) == 1 && a.Borrowed[k] == "" {
+				old[lk{a.NS, k}] = append(old[lk{a.NS, k}], a)
+			}
+		}
+	}
+	worst := time.Duration(-1)
+	for k, as := range old {
+		var next *Attempt
+		for _, g := range h.Attempts {
+			if g.Outcome == Granted && g.NS == k.ns && g.Limit(k.key) > 0 && g.Borrowed[k.key] == "" && g.FirstEnq > f &&
+				(next == nil || g.Return < next.Return) {
+				next = g
+			}
+		}
+		if next == nil {
+			continue
+		}
+		asked := max(next.FirstEnq, f)
+		var d time.Duration
+		var who *Attempt
+		var whoTold int64
+		for _, a := range as {
+			told := a.Lost
+			if told == 0 {
+				told = a.RelReturn
+			}
+			if told == 0 {
+				told = h.End
+			}
+			if x := time.Duration(max(told-asked, 0)); x >= d {
+				d, who, whoTold = x, a, told
+			}
+		}
+		ln.Overlap = append(ln.Overlap, d)
+		if d > worst {
+			worst = d
+			ln.Worst = fmt.Sprintf("%s key %q: %s (%s) asked at %s and was granted at %s; the old holder %s (%s) heard of the loss at %s",
+				k.ns, k.key, next.ID, next.Proc, stamp(h, next.FirstEnq), stamp(h, next.Return), who.ID, who.Proc, stamp(h, whoTold))
+		}
+	}
+	return ln
 }

@@ -2,12 +2,15 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,6 +90,14 @@ type WorkerConfig struct {
 	CrashOp      int           // request number (of client 0) at or after which to crash
 	Victim       time.Duration // client 0's first critical section pauses this long after its read
 	Probe        float64       // fraction of confirmed releases followed by a heartbeat probe
+	Nested       float64       // probability that a holder starts a nested request under its lease, on a goroutine of its own
+	NestedOther  float64       // probability that a nested request names another key besides its lender's
+	Detach       float64       // probability that a parent releases without waiting for its nested request
+	NestedWait   time.Duration // bound on a nested request's wait (a short wait: reaching it is no liveness failure)
+	Board        string        // directory where leases are published for nested requests of other processes
+	Adopt        float64       // probability that a request is nested under a lease another process published on Board
+	Poll         time.Duration // a nested holder asks Lease.Err this often while it holds
+	CheckEvery   time.Duration // when set, every holder asks Lease.Err this often while it holds
 }
 
 // Flags registers the worker's flags on fs and returns a function that
@@ -119,6 +130,14 @@ func (c *WorkerConfig) Flags(fs *flag.FlagSet) func() error {
 	fs.IntVar(&c.CrashOp, "crash-op", 0, "request number at or after which to crash")
 	fs.DurationVar(&c.Victim, "victim", 0, "pause of client 0's first critical section after its read")
 	fs.Float64Var(&c.Probe, "probe", 0, "fraction of releases followed by a heartbeat probe")
+	fs.Float64Var(&c.Nested, "nested", 0, "probability that a holder starts a nested request under its lease")
+	fs.Float64Var(&c.NestedOther, "nested-other", 0.3, "probability that a nested request names another key too")
+	fs.Float64Var(&c.Detach, "detach", 0, "probability that a parent releases without waiting for its nested request")
+	fs.DurationVar(&c.NestedWait, "nested-wait", 2*time.Second, "bound on a nested request's wait")
+	fs.StringVar(&c.Board, "board", "", "directory where leases are published for nested requests of other processes")
+	fs.Float64Var(&c.Adopt, "adopt", 0, "probability that a request is nested under a lease found on -board")
+	fs.DurationVar(&c.Poll, "poll", time.Millisecond, "a nested holder asks Lease.Err this often")
+	fs.DurationVar(&c.CheckEvery, "check-every", 0, "every holder asks Lease.Err this often while it holds (0: only at the end)")
 	return func() error {
 		if *cluster != "" {
 			c.Cluster = strings.Split(*cluster, ",")
@@ -139,6 +158,7 @@ type worker struct {
 	fenceC *redis.Client
 	file   *fencing.FileGuard
 	ns     map[string]*nsPart
+	kids   sync.WaitGroup // nested requests under way
 }
 
 // nsPart is the Backend and Session of one namespace.
@@ -160,12 +180,13 @@ func RunWorker(cfg WorkerConfig) error {
 		return err
 	}
 	defer w.close()
-	rec.Record(Event{Op: OpStart, Phase: Ok, Err: fmt.Sprintf("pid %d", os.Getpid())})
+	rec.Record(Event{Op: OpStart, Phase: Ok, Err: fmt.Sprintf("pid %d, scripts %s", os.Getpid(), ScriptsDigest())})
 	var wg sync.WaitGroup
 	for c := range cfg.Clients {
 		wg.Go(func() { w.client1(c) })
 	}
 	wg.Wait()
+	w.kids.Wait()
 	for _, p := range w.ns {
 		_ = p.s.Close()
 	}
@@ -244,6 +265,8 @@ func (w *worker) close() {
 // classify maps an error of lanes or fencing to a Class.
 func classify(err error) string {
 	switch {
+	case errors.Is(err, lanes.ErrLockCycle):
+		return ClassCycle
 	case errors.Is(err, lanes.ErrCanceled):
 		return ClassCancel
 	case errors.Is(err, lanes.ErrWaitTimeout):
@@ -299,74 +322,271 @@ func (w *worker) client1(c int) {
 				req.Lanes = append(req.Lanes, lanes.Lane{Key: l2.Key, Limit: l2.Limit})
 			}
 		}
-		base := Event{Client: c, ID: req.ID, NS: ns}
-		for _, l := range req.Lanes {
-			base.Keys = append(base.Keys, l.Key)
-			base.Limits = append(base.Limits, l.Limit)
+		o := runOpts{ns: ns}
+		if cfg.Adopt > 0 && rng.Float64() < cfg.Adopt {
+			// Nested under a lease another process published: re-entry
+			// across processes (DESIGN.md invariant 10).
+			if l := w.pickLender(rng, ns); l != nil {
+				req.Lanes = []lanes.Lane{{Key: l.Key, Limit: l.Limit}}
+				w.otherLane(rng, &req)
+				req.Lineage = []string{l.ID}
+				o.lent = l.Tokens
+			}
 		}
 		short := rng.Float64() < cfg.Cancel
-		waitFor := cfg.Wait
+		o.waitFor = cfg.Wait
 		if short {
-			waitFor = time.Duration(rng.Int64N(int64(cfg.CancelWait) + 1))
+			o.waitFor = time.Duration(rng.Int64N(int64(cfg.CancelWait) + 1))
 		}
-		hold := cfg.HoldMin + time.Duration(rng.Int64N(int64(max(cfg.Hold-cfg.HoldMin, 0))+1))
+		if o.lent != nil {
+			short, o.waitFor = true, cfg.NestedWait
+		}
+		o.short = short
+		o.hold = w.holdFor(rng)
 		pace := time.Duration(rng.Int64N(int64(cfg.Pace) + 1))
-		victim := c == 0 && i == 0 && cfg.Victim > 0
-		crashHere := crashArmed && i >= cfg.CrashOp
-
-		w.rec.Record(withOp(base, OpAcquire, Invoke))
-		if crashHere && cfg.Crash == CrashEnqueue {
-			// The step commits, then the process dies without using the
-			// reply: to Redis, that is a reply lost on the way back.
-			w.rec.Record(withOp(base, OpEnqueue, Invoke))
-			sts, err := p.b.Enqueue(context.Background(), p.s.Owner(), cfg.TTL, []lanes.Request{req})
-			ev := base
-			if err == nil && len(sts) == 1 {
-				ev.State, ev.Tokens = stateName(sts[0].State), sts[0].Tokens
-			}
-			w.crash(c, req.ID, CrashEnqueue, ev)
+		o.victim = c == 0 && i == 0 && cfg.Victim > 0
+		if crashArmed && i >= cfg.CrashOp {
+			o.crash = cfg.Crash
 		}
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		t, err := w.enqueue(ctx, p, base, req)
-		if err == nil && crashHere && cfg.Crash == CrashWaiting {
-			select {
-			case <-t.Ready():
-				// Granted at once: crash at a later request that waits.
-			default:
-				w.crash(c, req.ID, CrashWaiting, base)
-			}
+		if cfg.Nested > 0 && rng.Float64() < cfg.Nested {
+			k := &kidPlan{lanes: req.Lanes[:1:1], hold: w.holdFor(rng), detach: rng.Float64() < cfg.Detach}
+			kr := lanes.Request{Lanes: k.lanes}
+			w.otherLane(rng, &kr)
+			k.lanes = kr.Lanes
+			o.kid = k
 		}
-		var lease *lanes.Lease
-		if err == nil {
-			lease, err = t.Wait(ctx)
-		}
-		cancel()
-		if err != nil {
-			ev := withOp(base, OpAcquire, Fail)
-			ev.Class, ev.Err = classify(err), err.Error()
-			if ev.Class == ClassCancel && !short && time.Since(start) >= waitFor {
-				ev.Class = ClassTimeout
-			}
-			w.rec.Record(ev)
-			time.Sleep(pace)
-			continue
-		}
-		ok := withOp(base, OpAcquire, Ok)
-		ok.Tokens = lease.Tokens()
-		w.rec.Record(ok)
-
-		w.critical(c, p, base, req, lease, hold, victim, crashHere && cfg.Crash == CrashHolding)
-
-		if crashHere && cfg.Crash == CrashReleasing {
-			w.rec.Record(withOp(base, OpRelease, Invoke))
-			go func() { _ = lease.Release(context.Background()) }()
-			time.Sleep(time.Duration(rng.Int64N(int64(time.Millisecond))))
-			w.crash(c, req.ID, CrashReleasing, base)
-		}
-		w.release(p, base, lease, rng.Float64() < cfg.Probe)
+		o.jitter = time.Duration(rng.Int64N(int64(time.Millisecond)))
+		o.probe = rng.Float64() < cfg.Probe
+		w.run(c, p, req, o)
 		time.Sleep(pace)
 	}
+}
+
+// holdFor draws a pause inside the critical section.
+func (w *worker) holdFor(rng *rand.Rand) time.Duration {
+	return w.cfg.HoldMin + time.Duration(rng.Int64N(int64(max(w.cfg.Hold-w.cfg.HoldMin, 0))+1))
+}
+
+// otherLane adds, with probability NestedOther, a key that req does not
+// name yet to a nested request.
+func (w *worker) otherLane(rng *rand.Rand, req *lanes.Request) {
+	if rng.Float64() >= w.cfg.NestedOther {
+		return
+	}
+	l := w.cfg.Lanes[rng.IntN(len(w.cfg.Lanes))]
+	for _, x := range req.Lanes {
+		if x.Key == l.Key {
+			return
+		}
+	}
+	req.Lanes = append(req.Lanes, lanes.Lane{Key: l.Key, Limit: l.Limit})
+}
+
+// runOpts is how one request runs.
+type runOpts struct {
+	ns      string
+	short   bool          // a short wait: reaching its bound is no liveness failure
+	waitFor time.Duration // bound on the wait
+	hold    time.Duration // pause inside the critical section
+	victim  bool          // pause for cfg.Victim inside the critical section (the harness stops the process there)
+	crash   string        // crash point armed for this request, or ""
+	jitter  time.Duration // how long a crash while releasing lets the release run
+	probe   bool          // send a heartbeat for the entry after a confirmed release
+	// lent holds, per key, the token of the lease this request is nested
+	// under: a key granted with that token was taken by re-entry, and
+	// shares its lender's slot and resource.
+	lent map[string]uint64
+	kid  *kidPlan // a nested request to start while holding, or nil
+}
+
+// kidPlan is a nested request a holder starts on a goroutine of its own.
+type kidPlan struct {
+	lanes  []lanes.Lane  // the parent's first key, maybe another
+	hold   time.Duration // its pause inside the critical section
+	detach bool          // the parent releases without waiting for it
+}
+
+// run makes one lane request: enqueue, wait, critical section, release,
+// every step recorded.
+func (w *worker) run(c int, p *nsPart, req lanes.Request, o runOpts) {
+	cfg := w.cfg
+	base := Event{Client: c, ID: req.ID, NS: o.ns, Lin: req.Lineage}
+	for _, l := range req.Lanes {
+		base.Keys = append(base.Keys, l.Key)
+		base.Limits = append(base.Limits, l.Limit)
+	}
+	w.rec.Record(withOp(base, OpAcquire, Invoke))
+	if o.crash == CrashEnqueue {
+		// The step commits, then the process dies without using the
+		// reply: to Redis, that is a reply lost on the way back.
+		w.rec.Record(withOp(base, OpEnqueue, Invoke))
+		sts, err := p.b.Enqueue(context.Background(), p.s.Owner(), cfg.TTL, []lanes.Request{req})
+		ev := base
+		if err == nil && len(sts) == 1 {
+			ev.State, ev.Tokens = stateName(sts[0].State), sts[0].Tokens
+		}
+		w.crash(c, req.ID, CrashEnqueue, ev)
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), o.waitFor)
+	t, err := w.enqueue(ctx, p, base, req)
+	if err == nil && o.crash == CrashWaiting {
+		select {
+		case <-t.Ready():
+			// Granted at once: crash at a later request that waits.
+		default:
+			w.crash(c, req.ID, CrashWaiting, base)
+		}
+	}
+	var lease *lanes.Lease
+	if err == nil {
+		lease, err = t.Wait(ctx)
+	}
+	cancel()
+	if err != nil {
+		ev := withOp(base, OpAcquire, Fail)
+		ev.Class, ev.Err = classify(err), err.Error()
+		if ev.Class == ClassCancel && !o.short && time.Since(start) >= o.waitFor {
+			ev.Class = ClassTimeout
+		}
+		w.rec.Record(ev)
+		return
+	}
+	ok := withOp(base, OpAcquire, Ok)
+	ok.Tokens = lease.Tokens()
+	w.rec.Record(ok)
+	stop := w.watchLost(base, lease)
+	defer stop()
+	w.publish(o.ns, req, lease)
+
+	var kidDone chan struct{}
+	if o.kid != nil {
+		kidDone = w.startKid(c, p, o, req, lease)
+	}
+	borrowed := map[string]bool{}
+	for k, tok := range o.lent {
+		if lease.Token(k) == tok {
+			borrowed[k] = true
+		}
+	}
+	if len(borrowed) > 0 {
+		defer w.markLent(req)()
+	}
+	w.critical(c, p, base, req, lease, o.hold, o.victim, o.crash == CrashHolding, borrowed, len(req.Lineage) > 0)
+	if kidDone != nil && !o.kid.detach {
+		<-kidDone // a tool that ran a sub-agent returns when it does
+	}
+	w.unpublish(req)
+
+	if o.crash == CrashReleasing {
+		w.rec.Record(withOp(base, OpRelease, Invoke))
+		go func() { _ = lease.Release(context.Background()) }()
+		time.Sleep(o.jitter)
+		w.crash(c, req.ID, CrashReleasing, base)
+	}
+	w.release(p, base, lease, o.probe)
+}
+
+// startKid starts the nested request o.kid, under lease, on a goroutine of
+// its own (its client number is the parent's plus 1000), and returns a
+// channel closed when it is done.
+func (w *worker) startKid(c int, p *nsPart, o runOpts, parent lanes.Request, lease *lanes.Lease) chan struct{} {
+	done := make(chan struct{})
+	req := lanes.Request{ID: parent.ID + "-n", Lanes: o.kid.lanes, Lineage: append(slices.Clone(parent.Lineage), parent.ID)}
+	ko := runOpts{ns: o.ns, short: true, waitFor: w.cfg.NestedWait, hold: o.kid.hold, lent: lease.Tokens()}
+	w.kids.Add(1)
+	go func() {
+		defer w.kids.Done()
+		defer close(done)
+		w.run(c+1000, p, req, ko)
+	}()
+	return done
+}
+
+// watchLost records the moment lease's Lost closes (the holder is told),
+// until stop is called.
+func (w *worker) watchLost(base Event, lease *lanes.Lease) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-lease.Lost():
+			ev := withOp(base, OpLost, Ok)
+			if err := lease.Err(); err != nil {
+				ev.Err = err.Error()
+			}
+			w.rec.Record(ev)
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// BoardEntry is a lease published on the board, for nested requests of
+// other processes (DESIGN.md invariant 10: lineage crosses processes).
+type BoardEntry struct {
+	ID     string            `json:"id"`
+	NS     string            `json:"ns"`
+	Key    string            `json:"key"` // the lease's first key, which a nested request names
+	Limit  int               `json:"limit"`
+	Tokens map[string]uint64 `json:"tokens"` // every key's token: a nested request borrows each it names
+}
+
+// publish puts a lease (of a request nested under nothing) on the board,
+// when there is one: its first key and its tokens, in a file named by its
+// entry id.
+func (w *worker) publish(ns string, req lanes.Request, lease *lanes.Lease) {
+	if w.cfg.Board == "" || len(req.Lineage) > 0 {
+		return
+	}
+	l := req.Lanes[0]
+	b, _ := json.Marshal(BoardEntry{ID: req.ID, NS: ns, Key: l.Key, Limit: l.Limit, Tokens: lease.Tokens()})
+	_ = writeAtomic(filepath.Join(w.cfg.Board, req.ID), b)
+}
+
+// unpublish takes a lease off the board before its release.
+func (w *worker) unpublish(req lanes.Request) {
+	if w.cfg.Board != "" && len(req.Lineage) == 0 {
+		_ = os.Remove(filepath.Join(w.cfg.Board, req.ID))
+	}
+}
+
+// markLent notes on the board, until the returned function runs, that
+// req holds a key by re-entry: a file lent/<lender id>.<entry id>, so that
+// a harness can hit a lender while its borrower holds.
+func (w *worker) markLent(req lanes.Request) func() {
+	if w.cfg.Board == "" {
+		return func() {}
+	}
+	dir := filepath.Join(w.cfg.Board, "lent")
+	name := filepath.Join(dir, req.Lineage[len(req.Lineage)-1]+"."+req.ID)
+	if os.MkdirAll(dir, 0o755) != nil || os.WriteFile(name, nil, 0o644) != nil {
+		return func() {}
+	}
+	return func() { _ = os.Remove(name) }
+}
+
+// pickLender picks a lease of namespace ns that another process published
+// on the board, or nil. Files of killed processes stay: a request nested
+// under a lease that ended is an ordinary one.
+func (w *worker) pickLender(rng *rand.Rand, ns string) *BoardEntry {
+	ents, err := os.ReadDir(w.cfg.Board)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range ents {
+		if n := e.Name(); !e.IsDir() && !strings.HasPrefix(n, ".") && !strings.HasPrefix(n, w.cfg.Proc+"-") {
+			names = append(names, n)
+		}
+	}
+	for range min(3, len(names)) {
+		b, err := os.ReadFile(filepath.Join(w.cfg.Board, names[rng.IntN(len(names))]))
+		var e BoardEntry
+		if err == nil && json.Unmarshal(b, &e) == nil && e.NS == ns {
+			return &e
+		}
+	}
+	return nil
 }
 
 func withOp(e Event, op string, ph Phase) Event {
@@ -415,8 +635,12 @@ func (w *worker) enqueue(ctx context.Context, p *nsPart, base Event, req lanes.R
 
 // critical is the critical section: for each key of limit 1, check the
 // token with the guard and read the counter; pause; write each counter one
-// higher. A refused token ends the section at once.
-func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease *lanes.Lease, hold time.Duration, victim, crash bool) {
+// higher. A refused token ends the section at once. Keys taken by re-entry
+// (borrowed) are their lender's: the nested holder leaves their counters
+// alone. With poll, the pause asks Lease.Err every cfg.Poll (else every
+// cfg.CheckEvery, when set), and ends when the lease is lost.
+func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease *lanes.Lease, hold time.Duration, victim, crash bool,
+	borrowed map[string]bool, poll bool) {
 	type cell struct {
 		key   string
 		tok   uint64
@@ -424,7 +648,7 @@ func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease
 	}
 	var cells []cell
 	for _, l := range req.Lanes {
-		if l.Limit == 1 && w.cfg.ResourceDir != "" {
+		if l.Limit == 1 && w.cfg.ResourceDir != "" && !borrowed[l.Key] {
 			cells = append(cells, cell{key: l.Key, tok: lease.Token(l.Key)})
 		}
 	}
@@ -470,7 +694,17 @@ func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease
 	if victim {
 		time.Sleep(w.cfg.Victim) // the harness stops the process here
 	}
-	time.Sleep(hold)
+	every := w.cfg.CheckEvery
+	if poll {
+		every = w.cfg.Poll
+	}
+	if every > 0 {
+		for end := time.Now().Add(hold); time.Now().Before(end) && w.valid(base, lease); {
+			time.Sleep(min(every, time.Until(end)))
+		}
+	} else {
+		time.Sleep(hold)
+	}
 	if !refused {
 		for _, x := range cells {
 			name := resourceFile(base.NS, x.key)
@@ -494,17 +728,25 @@ func (w *worker) critical(c int, p *nsPart, base Event, req lanes.Request, lease
 			w.rec.Record(resEvent(OpWrite, Ok, x.key, x.tok, x.value+1))
 		}
 	}
+	w.valid(base, lease)
+}
+
+// valid asks the lease whether it still holds (Lease.Err), records the
+// answer, and returns it.
+func (w *worker) valid(base Event, lease *lanes.Lease) bool {
 	w.rec.Record(withOp(base, OpValid, Invoke))
-	if err := lease.Err(); err != nil {
-		ev := withOp(base, OpValid, Fail)
-		ev.Class, ev.Err = classify(err), err.Error()
-		w.rec.Record(ev)
-		if errors.Is(err, lanes.ErrLeaseLost) {
-			w.rec.Record(withOp(ev, OpLost, Ok))
-		}
-	} else {
+	err := lease.Err()
+	if err == nil {
 		w.rec.Record(withOp(base, OpValid, Ok))
+		return true
 	}
+	ev := withOp(base, OpValid, Fail)
+	ev.Class, ev.Err = classify(err), err.Error()
+	w.rec.Record(ev)
+	if errors.Is(err, lanes.ErrLeaseLost) {
+		w.rec.Record(withOp(ev, OpLost, Ok))
+	}
+	return false
 }
 
 // fenceCheck runs the optional RedisGuard check; false when it refused.
@@ -575,9 +817,10 @@ func (w *worker) release(p *nsPart, base Event, lease *lanes.Lease, probe bool) 
 	}
 }
 
-// LoadScripts loads the lanes scripts, as this binary embeds them, into the
-// server at url and returns "name sha" for each: a harness that drops the
-// replies of one script matches the SHA the workers really send.
+// LoadScripts loads the lanes Functions library, as this binary embeds it,
+// into the server at url and returns "name function" for each script (e.g.
+// "enqueue.lua lanes_0123456789ab_enqueue"): a harness that drops the
+// replies of one script matches the FCALL the workers really send.
 func LoadScripts(url string) ([]string, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
@@ -585,15 +828,26 @@ func LoadScripts(url string) ([]string, error) {
 	}
 	c := redis.NewClient(opt)
 	defer c.Close()
+	_, code := lua.Library()
+	if err := c.FunctionLoad(context.Background(), code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		return nil, err
+	}
 	var out []string
 	for _, name := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua"} {
-		sha, err := c.ScriptLoad(context.Background(), lua.Source(name)).Result()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, name+" "+sha)
+		out = append(out, name+" "+lua.Function(name))
 	}
 	return out, nil
+}
+
+// ScriptsDigest names the lanes scripts a binary embeds (the first bytes of
+// a SHA-256 of them all): a worker records it when it starts, so that a
+// harness can tell it runs workers built from its own source.
+func ScriptsDigest() string {
+	h := sha256.New()
+	for _, name := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua", "record.lua", "doctor.lua"} {
+		h.Write([]byte(lua.Source(name)))
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)[:8])
 }
 
 // resourceFile is the counter file of key in namespace ns, relative to the
