@@ -76,9 +76,6 @@ type chaosScenario struct {
 	backends []chaosNS
 	lanes    string
 	ttl      time.Duration
-	// adjust, when set, amends the history before it is checked (a
-	// scenario that tolerates a known bug says there how).
-	adjust func(*chaos.History)
 }
 
 // chaosNS is a namespace to check for leaks at the end.
@@ -145,9 +142,6 @@ func (s *chaosScenario) finish(o chaos.Options, want ...string) []chaos.Violatio
 	t := s.t
 	t.Helper()
 	hist := s.h.History()
-	if s.adjust != nil {
-		s.adjust(hist)
-	}
 	if o.MinGrantsPerProc == 0 {
 		o.MinGrantsPerProc = 1
 	}

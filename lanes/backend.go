@@ -144,6 +144,11 @@ type Released struct {
 	Was     []State  // per id, in order: Held, Waiting, or Gone (nothing removed)
 	Forced  []bool   // per id: Gone because an operator released it by force (owner releases only)
 	Granted []string // entries that the step granted as a result, in grant order
+	// Epoch names the lifetime of the backend's state that the step saw (see
+	// Status.Epoch); "" when there is no state. An id answered Gone under
+	// another epoch than the one it was granted in was lost with that
+	// state, not released.
+	Epoch string
 }
 
 // Snapshot is the state of some keys at one instant of the backend's clock.

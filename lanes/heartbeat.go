@@ -218,35 +218,36 @@ func (s *Session) releaseLater(first func(), ids ...string) {
 // release removes id from the backend with step (nil: a Release step) on a
 // context detached from ctx's cancellation, bounded by the release timeout,
 // trying again while the backend cannot be reached. It reports what the
-// entry was, and whether an operator had released it by force.
-func (s *Session) release(ctx context.Context, id string, step func(context.Context, []string) (Released, error)) (was State, forced bool, err error) {
+// entry was, whether an operator had released it by force, and the epoch of
+// the backend's state the step saw.
+func (s *Session) release(ctx context.Context, id string, step func(context.Context, []string) (Released, error)) (r releasedOne, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	if step == nil { // a plain release: merged with other leases' (batch.go)
-		var r []releasedOne
+		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			r, _, err = s.rel.do(ctx, []string{id})
+			rs, _, err = s.rel.do(ctx, []string{id})
 			return err
 		})
 		if err != nil {
-			return Gone, false, err
+			return releasedOne{was: Gone}, err
 		}
-		return r[0].was, r[0].forced, nil
+		return rs[0], nil
 	}
-	var r Released
+	var rel Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {
 		var err error
-		r, err = step(ctx, []string{id})
+		rel, err = step(ctx, []string{id})
 		return err
 	})
 	if err != nil {
-		return Gone, false, err
+		return releasedOne{was: Gone}, err
 	}
-	if len(r.Was) != 1 {
-		return Gone, false, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(r.Was))
+	if len(rel.Was) != 1 {
+		return releasedOne{was: Gone}, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(rel.Was))
 	}
-	return r.Was[0], len(r.Forced) == 1 && r.Forced[0], nil
+	return releasedOne{was: rel.Was[0], forced: len(rel.Forced) == 1 && rel.Forced[0], epoch: rel.Epoch}, nil
 }
 
 // hint is the Backend's hint about some entries. A grant of a waiting entry

@@ -97,7 +97,7 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 	if pending {
 		return nil // its Enqueue step settles it
 	}
-	_, _, rerr := s.release(ctx, e.id, nil)
+	_, rerr := s.release(ctx, e.id, nil)
 	return rerr
 }
 
@@ -276,7 +276,7 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		return nil // closed with its Session, which released it
 	}
 	inBackend := !e.finished
-	deadline := e.deadline
+	deadline, epoch := e.deadline, e.epoch
 	s.untrack(e)
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
@@ -288,14 +288,18 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 			return err
 		})
 	}
-	was, forced, err := s.release(ctx, e.id, step)
+	r, err := s.release(ctx, e.id, step)
 	switch {
 	case err != nil:
 		return err
-	case forced:
+	case r.forced:
 		return fmt.Errorf("%w: entry %s was released by force before its holder released it", ErrNotHolder, e.id)
-	case was == Gone && !time.Now().Before(deadline):
+	case r.was == Gone && !time.Now().Before(deadline):
 		return fmt.Errorf("%w: entry %s: its local deadline passed before the release", ErrLeaseLost, e.id)
+	case r.was == Gone && epoch != "" && r.epoch != epoch:
+		// Not the work of an earlier try of this release: the state the
+		// lease was granted in is gone (DESIGN.md invariant 6).
+		return fmt.Errorf("%w: entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", ErrLeaseLost, e.id, epoch, r.epoch)
 	}
 	return nil
 }

@@ -373,7 +373,7 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 	}
 	m.mu.Lock()
 	st := m.begin()
-	rel := Released{Was: make([]State, len(ids)), Forced: make([]bool, len(ids))}
+	rel := Released{Was: make([]State, len(ids)), Forced: make([]bool, len(ids)), Epoch: m.epoch}
 	touched := map[string]bool{}
 	for i, id := range ids {
 		e := m.entries[id]

@@ -310,6 +310,7 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 type releasedOne struct {
 	was    State
 	forced bool
+	epoch  string // the backend state's epoch the step saw
 }
 
 // errStepShape is a step answered with the wrong number of results.
@@ -336,7 +337,7 @@ func (s *Session) batchers() {
 			}
 			out := make([]releasedOne, len(ids))
 			for i := range ids {
-				out[i] = releasedOne{was: r.Was[i], forced: len(r.Forced) == len(ids) && r.Forced[i]}
+				out[i] = releasedOne{was: r.Was[i], forced: len(r.Forced) == len(ids) && r.Forced[i], epoch: r.Epoch}
 			}
 			return out, nil
 		},

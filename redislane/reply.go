@@ -128,7 +128,11 @@ func parseReleased(v any, n int) (lanes.Released, error) {
 	if !ok1 || !ok2 || len(was) != n {
 		return lanes.Released{}, malformed("release", v)
 	}
-	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n)}
+	epoch, ok := f[0].(string)
+	if !ok {
+		return lanes.Released{}, malformed("release", v)
+	}
+	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n), Epoch: epoch}
 	for i, s := range was {
 		if s == "f" {
 			r.Forced[i] = true
