@@ -13,6 +13,12 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -31,6 +37,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanes-dev/lanes/internal/redistest"
+	"github.com/lanes-dev/lanes/redislane"
 )
 
 // These tests start redis-server instances of their own, on free loopback
@@ -405,13 +412,100 @@ func aclWithPassword(words []string, password string) []string {
 	return out
 }
 
-// aclClientCommands are the commands lanes sends outside scripts: PING (the
-// first contact), EVALSHA and EVAL (every step), SUBSCRIBE and UNSUBSCRIBE
-// (grant hints and the namespace's channel), HSCAN (the keys in use, read
-// from the limits hash: redislane's Inspect of every key), HGETALL (a run's
-// records) and INFO (the eviction-policy check of NewSession). HELLO and AUTH run before the user
-// is known.
-var aclClientCommands = []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe", "hscan", "hgetall", "info"}
+// aclPackages are the packages whose Go code talks to Redis: the library
+// (redislane), the fencing guard and lanectl.
+var aclPackages = []string{"github.com/lanes-dev/lanes/redislane", "github.com/lanes-dev/lanes/fencing", "github.com/lanes-dev/lanes/cmd/lanectl"}
+
+// aclNotCommands are go-redis methods that send no command of their own.
+var aclNotCommands = map[string]bool{"close": true, "foreachmaster": true, "foreachshard": true, "foreachslave": true,
+	"channel": true, "channelwithsubscriptions": true, "receive": true, "receivemessage": true, "receivetimeout": true,
+	"options": true, "poolstats": true, "addhook": true, "string": true, "hash": true}
+
+// aclClientCommands returns the commands lanes sends outside its scripts,
+// derived from the Go sources of aclPackages, type-checked against the
+// export data of their dependencies: every call of a go-redis method that
+// sends a command (HGet: HGET, Subscribe: SUBSCRIBE...), EVALSHA and EVAL
+// for each script run (Script.Run), and PING, which go-redis also sends on
+// a subscription's connection to check its health. HELLO and AUTH run
+// before the user is known.
+func aclClientCommands(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list", "-export", "-deps", "-json=ImportPath,Dir,GoFiles,Export"}, aclPackages...)...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	type listed struct {
+		ImportPath, Dir, Export string
+		GoFiles                 []string
+	}
+	exports := map[string]string{}
+	var targets []listed
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p listed
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		exports[p.ImportPath] = p.Export
+		if slices.Contains(aclPackages, p.ImportPath) {
+			targets = append(targets, p)
+		}
+	}
+	if len(targets) != len(aclPackages) {
+		t.Fatalf("go list found %d of the packages %q", len(targets), aclPackages)
+	}
+	fset := token.NewFileSet()
+	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
+		if exports[path] == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(exports[path])
+	})
+	const goredis = "github.com/redis/go-redis/v9"
+	var cmds []string
+	for _, p := range targets {
+		var files []*ast.File
+		for _, name := range p.GoFiles {
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, f)
+		}
+		info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
+		if _, err := (&types.Config{Importer: imp}).Check(p.ImportPath, fset, files, info); err != nil {
+			t.Fatalf("type-checking %s: %v", p.ImportPath, err)
+		}
+		for sel, s := range info.Selections {
+			fn, ok := s.Obj().(*types.Func)
+			if s.Kind() != types.MethodVal || !ok || fn.Pkg() == nil || fn.Pkg().Path() != goredis {
+				continue
+			}
+			recv := fn.Type().(*types.Signature).Recv().Type()
+			if ptr, ok := recv.(*types.Pointer); ok {
+				recv = ptr.Elem()
+			}
+			typ := ""
+			if named, ok := recv.(*types.Named); ok {
+				typ = named.Obj().Name()
+			}
+			name := strings.ToLower(fn.Name())
+			switch {
+			case strings.HasSuffix(typ, "Cmd") || typ == "Cmder" || aclNotCommands[name]:
+			case typ == "Script" && (name == "run" || name == "runro"):
+				cmds = append(cmds, "evalsha", "eval")
+			case typ == "Script" || name == "do" || name == "process" || strings.Contains(name, "pipeline") || !regexp.MustCompile(`^[a-z]+$`).MatchString(name):
+				t.Fatalf("%s: %s.%s: the test does not know which commands it sends: update aclClientCommands", fset.Position(sel.Pos()), typ, fn.Name())
+			default:
+				cmds = append(cmds, name)
+			}
+		}
+	}
+	if slices.Contains(cmds, "subscribe") {
+		cmds = append(cmds, "ping")
+	}
+	slices.Sort(cmds)
+	return slices.Compact(cmds)
+}
 
 // aclScriptCommands returns the commands scripts/lua/*.lua call.
 func aclScriptCommands(t *testing.T) []string {
@@ -436,8 +530,8 @@ func aclScriptCommands(t *testing.T) []string {
 }
 
 // TestACLLineMatchesScripts: the README's ACL line allows exactly the
-// commands lanes sends and its scripts call, on the lanes:* keys and
-// channels only.
+// commands lanes sends (read from its Go sources) and its scripts call, on
+// the lanes:* keys and channels only.
 func TestACLLineMatchesScripts(t *testing.T) {
 	words := readmeACL(t)
 	var allowed []string
@@ -460,7 +554,13 @@ func TestACLLineMatchesScripts(t *testing.T) {
 	if !slices.Equal(keys, []string{"~lanes:*"}) || !slices.Equal(channels, []string{"&lanes:*"}) {
 		t.Errorf("ACL line keys %q, channels %q; want ~lanes:* and &lanes:*", keys, channels)
 	}
-	need := append(slices.Clone(aclClientCommands), aclScriptCommands(t)...)
+	client := aclClientCommands(t)
+	for _, c := range []string{"ping", "evalsha", "eval", "subscribe", "unsubscribe", "hscan", "info"} {
+		if !slices.Contains(client, c) {
+			t.Errorf("the commands read from the Go sources, %q, lack %s: the derivation is broken", client, strings.ToUpper(c))
+		}
+	}
+	need := append(client, aclScriptCommands(t)...)
 	slices.Sort(need)
 	need = slices.Compact(need)
 	slices.Sort(allowed)
@@ -589,14 +689,44 @@ func TestACLRealRedis(t *testing.T) {
 		}
 	}
 
-	// Anything else is refused.
+	// doctor and gc; a repair that deletes protocol 1's keys where no
+	// state is (EXISTS, TIME, ZCOUNT and DEL outside the script).
+	if code, out, stderr := lanectlAs("doctor"); code != 0 || !strings.Contains(out, "no problem found") {
+		t.Errorf("doctor as the ACL user = %d, %q, %q; want 0, no problem", code, out, stderr)
+	}
+	if code, out, stderr := lanectlAs("gc"); code != 0 {
+		t.Errorf("gc as the ACL user = %d, %q, %q; want 0", code, out, stderr)
+	}
 	user := redis.NewClient(&redis.Options{Addr: addr, Username: "lanes", Password: password})
 	defer user.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	old := "it-acl-old-" + secRandomHex(6)
+	if err := admin.ZAdd(ctx, "lanes:{"+old+"}:holds", redis.Z{Score: 0, Member: "k\x00e"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := secRun(t, nil, "--redis", url, "--namespace", old, "doctor", "--repair"); code != 1 || !strings.Contains(out, "deleted protocol 1's keys") {
+		t.Errorf("doctor --repair of protocol 1's keys as the ACL user = %d, %q, %q; want 1 and the keys deleted", code, out, stderr)
+	}
+	if n, _ := admin.Exists(ctx, "lanes:{"+old+"}:holds").Result(); n != 0 {
+		t.Errorf("protocol 1's key is still there after doctor --repair")
+	}
+	// The library's reads outside scripts: Leftovers and Records.
+	b, err := redislane.New(user, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err := b.Leftovers(ctx); err != nil || len(left) != 0 {
+		t.Errorf("Leftovers as the ACL user = %q, %v; want nothing", left, err)
+	}
+	if _, err := b.Records(ctx, "run-1"); err != nil {
+		t.Errorf("Records as the ACL user: %v", err)
+	}
+
+	// Anything else is refused.
 	for _, cmd := range [][]any{
 		{"HVALS", "lanes:{" + ns + "}:meta"},
-		{"DEL", "lanes:{" + ns + "}:tokens"},
+		{"RENAME", "lanes:{" + ns + "}:meta", "lanes:{" + ns + "}:other"},
 		{"KEYS", "*"},
 		{"FLUSHALL"},
 		{"CONFIG", "GET", "requirepass"},
@@ -608,7 +738,7 @@ func TestACLRealRedis(t *testing.T) {
 		}
 	}
 	// A script may only touch lanes:* keys, with the commands allowed.
-	err := user.Eval(ctx, "return redis.call('HGET', KEYS[1], 'x')", []string{"other:{x}:entries"}).Err()
+	err = user.Eval(ctx, "return redis.call('HGET', KEYS[1], 'x')", []string{"other:{x}:entries"}).Err()
 	if err == nil || !aclRefusal(err) {
 		t.Errorf("EVAL on another key as the ACL user = %v; want an ACL refusal", err)
 	}
