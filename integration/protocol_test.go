@@ -1064,7 +1064,7 @@ func TestProtocolDocMatchesScripts(t *testing.T) {
 	if !strings.Contains(header, fmt.Sprintf("Keys 1 to %d are the namespace's state", d.state)) {
 		t.Errorf("lib.lua's header does not say keys 1 to %d are the state", d.state)
 	}
-	st := regexp.MustCompile(`local STATE = \{([^}]*)\}`).FindSubmatch(lib)
+	st := regexp.MustCompile(`STATE = \{([^}]*)\}`).FindSubmatch(lib)
 	if st == nil {
 		t.Fatal("lib.lua has no STATE")
 	}

@@ -495,6 +495,8 @@ func aclClientCommands(t *testing.T) []string {
 				cmds = append(cmds, "evalsha", "eval")
 			case typ == "Script" || name == "do" || name == "process" || strings.Contains(name, "pipeline") || !regexp.MustCompile(`^[a-z]+$`).MatchString(name):
 				t.Fatalf("%s: %s.%s: the test does not know which commands it sends: update aclClientCommands", fset.Position(sel.Pos()), typ, fn.Name())
+			case strings.HasPrefix(name, "function") && name != "function":
+				cmds = append(cmds, "function|"+strings.TrimPrefix(name, "function")) // FunctionLoad: FUNCTION LOAD
 			default:
 				cmds = append(cmds, name)
 			}
