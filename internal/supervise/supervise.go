@@ -1,8 +1,8 @@
 // Package supervise starts the commands lanes runs under a lease (`lanectl
 // lock`'s command, `lanectl batch`'s tools) and stops them in time: in a
-// process group of their own, killed by the kernel if the process that
-// started them dies (Linux), and sent SIGTERM and SIGKILL on the schedule
-// of the lease they run under (Guard).
+// process group of their own, killed with every process they started if
+// the process that started them dies (Linux, see Start), and sent SIGTERM
+// and SIGKILL on the schedule of the lease they run under (Guard).
 package supervise
 
 import (
@@ -26,12 +26,37 @@ type Child struct {
 }
 
 // Start starts cmd, in a process group of its own when group is set, and
-// waits for it in the background. On Linux, the kernel sends the command
-// SIGKILL if this process dies first (a parent-death signal: the command
-// itself, the leader of its group, not the processes it started). It
-// overwrites cmd.SysProcAttr. The error is cmd.Start's.
+// waits for it in the background. It overwrites cmd.SysProcAttr. The error
+// is cmd.Start's, or the same error for a command the supervisor (below)
+// could not start.
+//
+// On Linux, a command with a group of its own runs under a supervisor: this
+// program's own executable, run again, which leads the group, starts the
+// command in it and passes its exit status on as its own (the same exit
+// code, or death by the same signal). If this process dies, even by
+// SIGKILL, the supervisor kills the command and every process the command
+// started, in its group or not (setsid), then itself; when the command
+// exits, it kills what the command left running before it passes the
+// status on. Signals sent to the group reach the command directly; the
+// supervisor ignores them. Child.Cmd.Process is the supervisor, and its
+// ProcessState the command's status. A program that imports this package
+// needs nothing more: the supervisor starts in this package's init.
+//
+// Without a group of its own (and where there is no supervisor), the
+// command is this process's child. On Linux the kernel then sends it SIGKILL
+// if this process dies first (a parent-death signal: the command itself, not
+// the processes it started).
 func Start(cmd *exec.Cmd, group bool) (*Child, error) {
-	cmd.SysProcAttr = sysProcAttr(group)
+	var sup *supervision
+	if group {
+		var err error
+		if sup, err = supervise(cmd); err != nil {
+			return nil, err
+		}
+	}
+	if sup == nil {
+		cmd.SysProcAttr = sysProcAttr(group)
+	}
 	c := &Child{Cmd: cmd, group: group && groupsWork, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
@@ -40,12 +65,19 @@ func Start(cmd *exec.Cmd, group bool) (*Child, error) {
 		// until the child is gone.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		if sup != nil {
+			err = sup.started(err)
+		}
+		if err != nil {
 			started <- err
 			return
 		}
 		started <- nil
 		c.err = cmd.Wait()
+		if sup != nil {
+			sup.close()
+		}
 		close(c.exited)
 	}()
 	if err := <-started; err != nil {
