@@ -18,6 +18,7 @@ import (
 type Child struct {
 	Cmd    *exec.Cmd
 	group  bool
+	pgid   int // the command's process group, when group is set
 	exited chan struct{}
 	err    error // Cmd.Wait's, once exited is closed
 
@@ -67,7 +68,9 @@ func Start(cmd *exec.Cmd, group bool) (*Child, error) {
 		defer runtime.UnlockOSThread()
 		err := cmd.Start()
 		if sup != nil {
-			err = sup.started(err)
+			c.pgid, err = sup.started(err)
+		} else if err == nil {
+			c.pgid = cmd.Process.Pid
 		}
 		if err != nil {
 			started <- err

@@ -67,10 +67,12 @@ func describe(ps *os.ProcessState) string {
 	return fmt.Sprintf("status %#x", uint32(ws))
 }
 
-// startRunner starts the test binary as a runner of argv.
-func startRunner(t *testing.T, mode string, argv ...string) *exec.Cmd {
+// startRunner starts the test binary as a runner of argv, in a process
+// group of its own if group is set.
+func startRunner(t *testing.T, mode string, group bool, argv ...string) *exec.Cmd {
 	t.Helper()
 	r := exec.Command(os.Args[0], argv...)
+	r.SysProcAttr = &syscall.SysProcAttr{Setpgid: group}
 	r.Env = append(os.Environ(), runnerEnv+"="+mode, "GORACE=atexit_sleep_ms=0")
 	r.Stdout, r.Stderr = os.Stdout, os.Stderr
 	if err := r.Start(); err != nil {
@@ -185,14 +187,18 @@ func requireSetsid(t *testing.T) {
 // TestRunnerKilledTakesEveryDescendant is issue 17, part 1: a runner
 // killed with SIGKILL takes the command and every process the command
 // started, the one that called setsid and the one whose parent exited too,
-// within a second. Without the supervisor (the control case), only the
-// shell dies: its children run on.
+// within a second; so does a runner killed with its whole process group
+// (as a shell or a CI job kills a job), which the supervisor is not in.
+// Without the supervisor (the control case), only the shell dies: its
+// children run on.
 func TestRunnerKilledTakesEveryDescendant(t *testing.T) {
 	requireSetsid(t)
-	for _, mode := range []string{"supervised", "direct"} {
+	for _, mode := range []string{"supervised", "supervised, its group killed", "direct"} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
-			r := startRunner(t, mode, "sh", "-c", family, dir)
+			groupKill := strings.HasSuffix(mode, "its group killed")
+			mode, _, _ := strings.Cut(mode, ",")
+			r := startRunner(t, mode, groupKill, "sh", "-c", family, dir)
 			pids := familyPids(t, dir)
 			if s := stat(pids["sh"]); s == nil || s[1] == strconv.Itoa(r.Process.Pid) == (mode == "supervised") {
 				t.Fatalf("the shell's stat = %q, the runner %d; want it the runner's child only if not supervised", s, r.Process.Pid)
@@ -200,7 +206,11 @@ func TestRunnerKilledTakesEveryDescendant(t *testing.T) {
 			if s := stat(pids["setsid"]); s == nil || s[3] != strconv.Itoa(pids["setsid"]) {
 				t.Fatalf("the setsid child's stat = %q; want it the leader of a session of its own", s)
 			}
-			_ = r.Process.Signal(syscall.SIGKILL)
+			if groupKill {
+				_ = syscall.Kill(-r.Process.Pid, syscall.SIGKILL)
+			} else {
+				_ = r.Process.Signal(syscall.SIGKILL)
+			}
 			_ = r.Wait()
 			start := time.Now()
 			allDead := waitUntil(time.Second, func() bool {
@@ -275,6 +285,11 @@ func run(t *testing.T, supervised bool, ready string, act func(*Child), argv ...
 		act(c)
 	}
 	_ = c.Wait()
+	// Once Wait returns, the command is gone, whatever killed it: the
+	// supervisor reaped it before it passed its status on.
+	if pid := c.pgid; !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		t.Errorf("%q (supervised: %v): its pid %d is still taken once Wait returned", argv, supervised, pid)
+	}
 	return describe(cmd.ProcessState)
 }
 
@@ -283,7 +298,8 @@ func run(t *testing.T, supervised bool, ready string, act func(*Child), argv ...
 func checkSupervised(t *testing.T, c *Child, supervised bool) {
 	t.Helper()
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Cmd.Process.Pid))
-	if got := strings.HasPrefix(string(b), supervisorArg0+"\x00"); got != supervised && !dead(c.Cmd.Process.Pid) {
+	// Empty once the process is exiting.
+	if got := strings.HasPrefix(string(b), supervisorArg0+"\x00"); got != supervised && len(b) > 0 {
 		t.Fatalf("the runner's child runs %q; want a supervisor: %v", b, supervised)
 	}
 }

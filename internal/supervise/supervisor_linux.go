@@ -29,8 +29,9 @@ import (
 // holds: it reads end of file there once this process is gone, however it
 // died. supervisorEnv's value is the number of its descriptor, the first
 // after the command's ExtraFiles. Over the lifeline, the supervisor reports
-// once whether it started the command: 4 bytes, little-endian, the errno of
-// the failure or 0.
+// once whether it started the command: 8 bytes, little-endian, the errno of
+// the failure or 0, then the command's pid, which is also the number of its
+// process group.
 const (
 	supervisorArg0 = "lanes-supervisor"
 	supervisorEnv  = "LANES_SUPERVISOR_FD"
@@ -98,8 +99,9 @@ func supervise(cmd *exec.Cmd) (*supervision, error) {
 }
 
 // started takes cmd.Start's error, puts cmd's fields back, and returns the
-// error of starting the command: cmd.Start's, or the supervisor's report.
-func (s *supervision) started(err error) error {
+// command's process group, or the error of starting the command: cmd.Start's,
+// or the supervisor's report.
+func (s *supervision) started(err error) (int, error) {
 	cmd := s.cmd
 	cmd.Path, cmd.Args, cmd.Env, cmd.ExtraFiles = s.path, s.args, s.env, s.extra
 	s.theirs.Close()
@@ -108,20 +110,20 @@ func (s *supervision) started(err error) error {
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) && pe.Path == selfExe {
 			pe.Path = s.path
 		}
-		return err
+		return 0, err
 	}
-	var report [4]byte
+	var report [8]byte
 	if _, err := io.ReadFull(s.ours, report[:]); err != nil {
 		s.ours.Close()
 		_ = cmd.Wait()
-		return &fs.PathError{Op: "fork/exec", Path: s.path, Err: fmt.Errorf("its supervisor ended before starting it: %v", cmd.ProcessState)}
+		return 0, &fs.PathError{Op: "fork/exec", Path: s.path, Err: fmt.Errorf("its supervisor ended before starting it: %v", cmd.ProcessState)}
 	}
-	if errno := syscall.Errno(binary.LittleEndian.Uint32(report[:])); errno != 0 {
+	if errno := syscall.Errno(binary.LittleEndian.Uint32(report[:4])); errno != 0 {
 		s.ours.Close()
 		_ = cmd.Wait()
-		return &fs.PathError{Op: "fork/exec", Path: s.path, Err: errno}
+		return 0, &fs.PathError{Op: "fork/exec", Path: s.path, Err: errno}
 	}
-	return nil
+	return int(binary.LittleEndian.Uint32(report[4:])), nil
 }
 
 // close closes the lifeline once the supervisor has exited.
@@ -142,12 +144,6 @@ func init() {
 	supervisor(fd, os.Args[1], os.Args[2:])
 }
 
-// reaped is a process the supervisor waited for.
-type reaped struct {
-	pid    int
-	status syscall.WaitStatus
-}
-
 // leftoverLimit bounds how long the supervisor spends killing what the
 // command left behind before it passes the command's status on.
 const leftoverLimit = time.Second
@@ -155,6 +151,13 @@ const leftoverLimit = time.Second
 // supervisor is the supervisor's whole life: it runs the command at path
 // with argv, the lifeline at fd, and exits as the command did. It never
 // returns.
+//
+// The supervisor leads a process group of its own (the runner made it);
+// the command leads another, which the runner signals. So the signals the
+// runner sends the command's group never reach the supervisor: it neither
+// passes them on a second time nor dies of them, not even of SIGKILL, and
+// it reaps the command, which no longer runs once the runner sees the
+// supervisor exit.
 func supervisor(fd int, path string, argv []string) {
 	// The command's parent-death signal (below) follows the thread that
 	// starts it: init runs on the main thread, which lives as long as
@@ -173,33 +176,28 @@ func supervisor(fd int, path string, argv []string) {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, supervisorEnv+"=") })
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env: env, Files: files,
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}, // if this process is killed alone
+		Sys: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL, // if this process is killed
+		},
 	})
-	var report [4]byte
+	var report [8]byte
 	if err != nil {
 		errno := syscall.EINVAL
 		errors.As(err, &errno)
-		binary.LittleEndian.PutUint32(report[:], uint32(errno))
+		binary.LittleEndian.PutUint32(report[:4], uint32(errno))
 		_, _ = syscall.Write(fd, report[:])
 		syscall.Exit(127)
 	}
-	// A signal sent to the group is the command's: this process must
-	// neither pass it on (the command got it) nor die of it first. The
-	// runner sends none before the report below. Ignored only now, after
-	// the command started, a signal is not ignored in the command; the
-	// command's dispositions are those it would have had started by the
-	// runner: Go's handlers go back to the default at exec, and a signal
-	// ignored from the start (SIGHUP under nohup) stays ignored.
+	binary.LittleEndian.PutUint32(report[4:], uint32(pid))
+	// A signal sent to this process alone (a kill of its pid) is ignored:
+	// the command's is its group. Ignored only now, after the command
+	// started, a signal is not ignored in the command; the command's
+	// dispositions are those it would have had started by the runner: Go's
+	// handlers go back to the default at exec, and a signal ignored from the
+	// start (SIGHUP under nohup) stays ignored.
 	ossignal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGABRT,
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
-	// The Go runtime crashes on these sent by kill(2) unless they are
-	// caught; it ignores the others it does not catch already.
-	sigs := make(chan os.Signal, 8)
-	ossignal.Notify(sigs, syscall.SIGILL, syscall.SIGTRAP, syscall.SIGSTKFLT, syscall.SIGSYS)
-	go func() {
-		for range sigs {
-		}
-	}()
 	_, _ = syscall.Write(fd, report[:])
 
 	orphaned := make(chan struct{})
@@ -213,41 +211,81 @@ func supervisor(fd int, path string, argv []string) {
 			}
 		}
 	}()
-	reaps := make(chan reaped, 16)
-	go func() {
+	r := &reaper{command: pid, exited: make(chan syscall.WaitStatus, 1), woke: make(chan struct{}, 1), none: make(chan struct{})}
+	go r.run()
+
+	select {
+	case <-orphaned:
+		// The process that started the supervisor is gone: so goes
+		// everything the command started.
+		r.killGroup()
+		sweep(r, time.Minute)
+		syscall.Exit(1)
+	case ws := <-r.exited:
+		sweep(r, leftoverLimit)
+		passOn(ws)
+	}
+}
+
+// reaper waits for the supervisor's children: the command, whose status
+// it passes on, and the orphans the supervisor adopted.
+type reaper struct {
+	command int
+	exited  chan syscall.WaitStatus // the command's status
+	woke    chan struct{}           // a child was reaped
+	none    chan struct{}           // closed once no child is left
+
+	mu     sync.Mutex
+	reaped bool // the command was: its pid, the number of its group, may be reused
+}
+
+func (r *reaper) run() {
+	for {
+		// Wait until a child has exited, without reaping it yet.
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil { // ECHILD: no child left, and so no descendant
+			close(r.none)
+			return
+		}
+		// The command: what it left in its group goes while its pid still
+		// holds the group's number.
+		r.mu.Lock()
+		if !r.reaped {
+			var ci unix.Siginfo
+			if unix.Waitid(unix.P_PID, r.command, &ci, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil) == nil && ci.Signo == int32(syscall.SIGCHLD) {
+				_ = syscall.Kill(-r.command, syscall.SIGKILL)
+			}
+		}
 		for {
 			var ws syscall.WaitStatus
-			p, err := syscall.Wait4(-1, &ws, 0, nil)
-			if err == syscall.EINTR {
-				continue
+			p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if p <= 0 || err != nil {
+				break
 			}
-			if err != nil { // ECHILD: no child left, and so no descendant
-				close(reaps)
-				return
+			if p == r.command {
+				r.reaped = true
+				r.exited <- ws
 			}
-			reaps <- reaped{p, ws}
 		}
-	}()
-
-	for {
+		r.mu.Unlock()
 		select {
-		case <-orphaned:
-			// The process that started the supervisor is gone: so goes
-			// everything the command started, then the group.
-			sweep(reaps, time.Minute)
-			if syscall.Getpgrp() == syscall.Getpid() {
-				_ = syscall.Kill(0, syscall.SIGKILL)
-			}
-			syscall.Exit(1)
-		case r, ok := <-reaps:
-			if !ok {
-				syscall.Exit(1) // the command is a child until it is reaped here
-			}
-			if r.pid == pid {
-				sweep(reaps, leftoverLimit)
-				passOn(r.status)
-			}
+		case r.woke <- struct{}{}:
+		default:
 		}
+	}
+}
+
+// killGroup sends SIGKILL to the command's process group, unless the
+// command was reaped (and its group's number may name another group).
+func (r *reaper) killGroup() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.reaped {
+		_ = syscall.Kill(-r.command, syscall.SIGKILL)
 	}
 }
 
@@ -255,23 +293,25 @@ func supervisor(fd int, path string, argv []string) {
 // the children of each one killed become its own (it is their subreaper),
 // so every descendant goes, whatever its process group or session. It gives
 // up after limit.
-func sweep(reaps <-chan reaped, limit time.Duration) {
-	deadline := time.Now().Add(limit)
+func sweep(r *reaper, limit time.Duration) {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
 	for {
-		// Most often there is nothing left: one system call says so.
-		var ws syscall.WaitStatus
-		if _, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil); err == syscall.ECHILD {
+		select {
+		case <-r.none:
 			return
+		default:
 		}
 		for _, p := range children() {
 			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
-		if time.Now().After(deadline) {
-			return
-		}
 		select {
-		case <-reaps:
+		case <-r.none:
+			return
+		case <-r.woke:
 		case <-time.After(5 * time.Millisecond): // a child not seen in /proc
+		case <-deadline.C:
+			return
 		}
 	}
 }

@@ -12,6 +12,6 @@ type supervision struct{}
 
 func supervise(*exec.Cmd) (*supervision, error) { return nil, nil }
 
-func (*supervision) started(err error) error { return err }
+func (*supervision) started(err error) (int, error) { return 0, err }
 
 func (*supervision) close() {}
