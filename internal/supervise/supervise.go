@@ -32,16 +32,21 @@ type Child struct {
 // could not start.
 //
 // On Linux, a command with a group of its own runs under a supervisor: this
-// program's own executable, run again, which leads the group, starts the
-// command in it and passes its exit status on as its own (the same exit
-// code, or death by the same signal). If this process dies, even by
-// SIGKILL, the supervisor kills the command and every process the command
-// started, in its group or not (setsid), then itself; when the command
-// exits, it kills what the command left running before it passes the
-// status on. Signals sent to the group reach the command directly; the
-// supervisor ignores them. Child.Cmd.Process is the supervisor, and its
-// ProcessState the command's status. A program that imports this package
-// needs nothing more: the supervisor starts in this package's init.
+// program's own executable, run again, in a process group of its own. It
+// starts the command, leader of the group that Signal and KillGroup reach,
+// adopts the orphans of the command's descendants (a child subreaper), and
+// exits as the command did: the same exit code, or death by the same
+// signal, once the command is reaped. If this process dies, even by
+// SIGKILL and with its whole process group, the supervisor sends SIGKILL
+// to the command's group and to every process the command started, in the
+// group or not (setsid, a daemon that forked twice), then exits. When the
+// command exits, the supervisor kills what the command left running the
+// same way, before it passes the status on (a second at most). The
+// signals sent to the command's group do not reach the supervisor; those
+// sent to the supervisor alone are ignored. Child.Cmd.Process is the
+// supervisor, and Child.Cmd.ProcessState the command's status. A program
+// that imports this package needs nothing more: the supervisor starts in
+// this package's init. It costs a start of this program (about 2ms).
 //
 // Without a group of its own (and where there is no supervisor), the
 // command is this process's child. On Linux the kernel then sends it SIGKILL
@@ -103,8 +108,9 @@ func (c *Child) Wait() error {
 func (c *Child) Signal(sig syscall.Signal) error { return signal(c, sig) }
 
 // KillGroup sends SIGKILL to whatever is left of the command's process
-// group: once the command exited, the processes it left behind. It does
-// nothing for a command without a group of its own.
+// group: once the command exited, the processes it left behind (under a
+// supervisor, gone already). It does nothing for a command without a group
+// of its own.
 func (c *Child) KillGroup() {
 	if c.group {
 		_ = signal(c, syscall.SIGKILL)
