@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 // familyScript is a command whose writing is done by processes it started:
@@ -138,4 +141,36 @@ concurrency = { key = "w" }
 		checkFirstThenSecond(t, logLines(t, log), "first", "second")
 		s.assertEmpty(t)
 	})
+}
+
+// TestLockOnATerminalHasNoSupervisor: with a terminal on standard input,
+// lock runs its command as it always did, without a supervisor: its own
+// child, in its process group, with the terminal as standard input.
+func TestLockOnATerminalHasNoSupervisor(t *testing.T) {
+	ptm, tty, err := pty.Open()
+	if err != nil {
+		t.Skipf("SKIP: no pseudo-terminal: %v", err)
+	}
+	defer ptm.Close()
+	go func() { _, _ = io.Copy(io.Discard, ptm) }()
+	s := newMiniredis(t)
+	out := filepath.Join(t.TempDir(), "out")
+	p := &proc{cmd: exec.Command(lanectlBin, s.args("lock", "k", "--", "sh", "-c", `test -t 0 && echo "$PPID $(ps -o pgid= -p $$)" > "$0"`, out)...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = tty, p.stdout, p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	go func() {
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("lock = %d: %s", code, p.stderr)
+	}
+	b, _ := os.ReadFile(out)
+	want := fmt.Sprintf("%d %d", p.cmd.Process.Pid, syscall.Getpgrp())
+	if got := strings.Join(strings.Fields(string(b)), " "); got != want {
+		t.Errorf("the command's parent and process group = %q; want lanectl's pid and group, %q, and the terminal on its standard input", got, want)
+	}
 }
