@@ -251,27 +251,43 @@ func (r *reaper) run() {
 			close(r.none)
 			return
 		}
+		r.mu.Lock()
 		// The command: what it left in its group goes while its pid still
 		// holds the group's number.
-		r.mu.Lock()
 		if !r.reaped {
 			var ci unix.Siginfo
 			if unix.Waitid(unix.P_PID, r.command, &ci, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil) == nil && ci.Signo == int32(syscall.SIGCHLD) {
 				_ = syscall.Kill(-r.command, syscall.SIGKILL)
 			}
 		}
+		var command *syscall.WaitStatus
+		left := true
 		for {
 			var ws syscall.WaitStatus
 			p, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.ECHILD {
+				left = false
+				break
+			}
 			if p <= 0 || err != nil {
 				break
 			}
 			if p == r.command {
-				r.reaped = true
-				r.exited <- ws
+				r.reaped, command = true, &ws
 			}
 		}
 		r.mu.Unlock()
+		// Most often the command leaves nothing: none is closed before
+		// its status is told, and the sweep has nothing to look for.
+		if !left {
+			close(r.none)
+		}
+		if command != nil {
+			r.exited <- *command
+		}
+		if !left {
+			return
+		}
 		select {
 		case r.woke <- struct{}{}:
 		default:
