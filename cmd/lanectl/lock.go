@@ -84,8 +84,12 @@ once (exit 80).
 Unless its standard input is a terminal, CMD runs in a process group of its
 own, and every signal lock sends reaches the whole group, so the commands CMD
 starts stop with it; when CMD exits, what it left running in its group gets
-SIGKILL before the keys are released. On Linux, CMD is killed if lock itself
-dies (CMD's own process: what it started survives it unless it dies with it).
+SIGKILL before the keys are released. On Linux, so does what CMD started out
+of its group (setsid), and if lock itself dies, even by SIGKILL, CMD and
+every process it started die with it: a supervisor (lanectl run again,
+"lanes-supervisor") stands between lock and CMD. With a terminal on standard
+input, CMD shares lock's process group and has no supervisor: on Linux, CMD
+itself is killed if lock dies, not what it started.
 
 SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
 128+signal; while CMD runs, the signal is passed on to CMD and lock exits

@@ -254,6 +254,9 @@ func startBin(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(lanectlBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	// A process lanectl's command left behind may hold the output pipes:
+	// the test that checks for it fails, instead of waiting forever.
+	p.cmd.WaitDelay = time.Second
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "LANES_") {
 			p.cmd.Env = append(p.cmd.Env, kv)

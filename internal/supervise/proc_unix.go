@@ -16,7 +16,7 @@ func signal(c *Child, sig syscall.Signal) error {
 	}
 	var err error
 	if c.group {
-		err = syscall.Kill(-c.Cmd.Process.Pid, sig)
+		err = syscall.Kill(-c.pgid, sig)
 	} else {
 		err = c.Cmd.Process.Signal(sig)
 	}

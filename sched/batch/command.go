@@ -36,9 +36,10 @@ const (
 	KillAfter = 5 * time.Second
 	// OutputDrain bounds how long, once the command exited and what it
 	// left in its process group was killed, its output is still read: only
-	// a process that left the group (a daemon that called setsid) can keep
-	// the pipes open so long, and what it writes after the command's exit
-	// is not the command's result.
+	// a process out of reach can keep the pipes open so long (one that left
+	// the group, where there is no supervisor; one that another process
+	// started on the command's request), and what it writes after the
+	// command's exit is not the command's result.
 	OutputDrain = 250 * time.Millisecond
 )
 
@@ -89,10 +90,11 @@ func WithNamespace(ctx context.Context, ns string) context.Context {
 // ctx's. Under a lease (Invocation.Lost, Deadline, Margin) the group also
 // gets SIGTERM once the lease's local deadline is less than Margin away,
 // and SIGKILL as soon as the lease is lost: a margin before the backend
-// could grant its lanes to another holder. On Linux the command is killed
-// too if this process dies (a parent-death signal reaches the command, the
-// leader of its group; processes it started survive it unless they die
-// with it).
+// could grant its lanes to another holder. On Linux the command runs under
+// a supervisor (this program run again; see internal/supervise): if this
+// process dies, even by SIGKILL, the command and every process it started,
+// in its group or not (setsid), are killed at once, and when the command
+// exits, so is what it left running out of its group.
 func Command(argv []string, dir string) sched.Body {
 	argv = slices.Clone(argv)
 	return func(ctx context.Context, inv sched.Invocation) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -244,9 +245,11 @@ func TestCommandChildHoldingOutput(t *testing.T) {
 }
 
 // TestCommandEscapedChildHoldingOutput runs a command whose child leaves
-// its process group (setsid) and keeps the output open: it cannot be
-// killed with the group, and the output is read for OutputDrain at most;
-// the status still follows the command's exit, with what it wrote.
+// its process group (setsid) and keeps the output open: the status follows
+// the command's exit, with what it wrote. On Linux the command's supervisor
+// kills the child when the command exits, before the body returns;
+// elsewhere it cannot be killed with the group, and the output is read for
+// OutputDrain at most.
 func TestCommandEscapedChildHoldingOutput(t *testing.T) {
 	setsid, err := exec.LookPath("setsid")
 	if err != nil {
@@ -259,6 +262,9 @@ func TestCommandEscapedChildHoldingOutput(t *testing.T) {
 	b, _ := os.ReadFile(pidFile)
 	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 0 {
 		defer syscall.Kill(pid, syscall.SIGKILL)
+		if runtime.GOOS == "linux" && !gone(pid) {
+			t.Errorf("the escaped child %d runs once the body returned; want it killed by the command's supervisor", pid)
+		}
 	}
 	if out != "started" || err != nil {
 		t.Errorf("Command() = %q, %v; want started, nil", out, err)
