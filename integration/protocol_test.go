@@ -1028,21 +1028,18 @@ func TestProtocolDocMatchesScripts(t *testing.T) {
 	header := luaHeader(lib)
 
 	// KEYS: seven, or eight for record.lua.
-	m := regexp.MustCompile(`#KEYS ~= (\d+) and #KEYS ~= (\d+)`).FindSubmatch(lib)
+	m := regexp.MustCompile(`nkeys = nkeys or (\d+)`).FindSubmatch(lib)
 	if m == nil {
-		t.Fatal("lib.lua checks no number of KEYS (seven or eight)")
+		t.Fatal("lib.lua's begin checks no number of KEYS")
 	}
 	if n, _ := strconv.Atoi(string(m[1])); n != len(d.keys) {
 		t.Errorf("lib.lua takes %d KEYS; PROTOCOL.md documents %d", n, len(d.keys))
-	}
-	if n, _ := strconv.Atoi(string(m[2])); n != d.extra {
-		t.Errorf("lib.lua also takes %d KEYS; PROTOCOL.md says record.lua takes %d", n, d.extra)
 	}
 	rec, err := os.ReadFile("../scripts/lua/record.lua")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := regexp.MustCompile(`#KEYS ~= (\d+)`).FindSubmatch(rec); m == nil || string(m[1]) != strconv.Itoa(d.extra) {
+	if m := regexp.MustCompile(`begin\(KEYS, ARGV, (\d+)\)`).FindSubmatch(rec); m == nil || string(m[1]) != strconv.Itoa(d.extra) {
 		t.Errorf("record.lua checks %q KEYS; PROTOCOL.md says %d", m, d.extra)
 	}
 	if !strings.Contains(luaHeader(rec), fmt.Sprintf("[%d] the run's records", d.extra)) {
@@ -2017,6 +2014,101 @@ func TestProtocolResetRealRedis(t *testing.T) {
 	}
 }
 
+// A state key that vanished, or lost only its marker, is seen by the next
+// step that runs the full check, whatever lean steps ran in between and
+// wrote to it again (real Redis). A lean enqueue that raised maxttl once
+// made meta again without its marker; the loss then went unseen, seq
+// started again from 1 under waiting entries, and a later waiter was
+// granted first. A lanes hash without its marker field alone once made
+// every step fail with a Lua error.
+func TestProtocolLostKeyWrittenAgainRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	for _, lost := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta"} {
+		for _, how := range []string{"deleted", "marker removed"} {
+			t.Run(lost+" "+how, func(t *testing.T) {
+				r := newProtoRunner(t)
+				owner := "owner-" + r.nonce
+				ctx := context.Background()
+				epoch1, _ := r.mustEnqueue(owner, 30000, []string{"H", "h", "W1", "w"}, req("H", lane("k", 1)), req("W1", lane("k", 1)))
+				k := r.key(lost)
+				var err error
+				switch {
+				case how == "deleted":
+					err = r.c.Del(ctx, k).Err()
+				case lost == "entries" || lost == "lanes" || lost == "meta":
+					err = r.c.HDel(ctx, k, "\x00").Err()
+				default:
+					err = r.c.ZRem(ctx, k, "\x00").Err()
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Lean steps that write to the state keys: an enqueue on an
+				// idle key with a longer TTL (raises maxttl), its release.
+				if _, err := r.enqueue(owner, 40000, req("L", lane("other", 1))); err != nil {
+					t.Fatalf("enqueue after %s %s: %v", lost, how, err)
+				}
+				if _, err := r.call("release.lua", map[string]any{"owner id": owner, "tombstone ms": 0, "entry ids...": []string{"L"}}); err != nil {
+					t.Fatalf("release after %s %s: %v", lost, how, err)
+				}
+				// The next full check resets: H and W1 are gone, in a new
+				// epoch, and A waits (frozen) instead of being granted.
+				epoch2, _ := r.heartbeat(owner, 30000, []string{"H", "g", "W1", "g"}, "H", "W1")
+				if epoch2 == epoch1 || epoch2 == "" {
+					t.Errorf("epoch after %s %s %q; want a new one (was %q)", lost, how, epoch2, epoch1)
+				}
+				r.checkMarkers(t)
+				r.mustEnqueue("other-"+r.nonce, 30000, []string{"A", "w"}, req("A", lane("k", 1)))
+			})
+		}
+	}
+}
+
+// A second reset while the first one's freeze runs keeps that freeze: the
+// leases of the first lost state may still be held until it ends (real
+// Redis). A second reset once computed its freeze from its own, empty,
+// deadlines and granted a key its old holder still held.
+func TestProtocolSecondResetKeepsFreezeRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	for _, second := range []string{"nested", "queue", "deadlines", "lanes", "meta", "lanes and meta"} {
+		t.Run(second, func(t *testing.T) {
+			r := newProtoRunner(t)
+			owner := "owner-" + r.nonce
+			ctx := context.Background()
+			r.mustEnqueue(owner, 30000, []string{"H", "h"}, req("H", lane("busy", 1)))
+			hdl, err := r.c.ZScore(ctx, r.key("deadlines"), "H").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.c.Del(ctx, r.key("queue")).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r.heartbeat(owner, 30000, []string{"H", "g"}, "H") // the first reset
+			if m := r.marker(); m["frozen"] != strconv.FormatInt(int64(hdl), 10) {
+				t.Fatalf("frozen %s after the first reset; want H's deadline %v", m["frozen"], int64(hdl))
+			}
+			for _, k := range strings.Split(second, " and ") {
+				if err := r.c.Del(ctx, r.key(k)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := r.now()
+			r.mustEnqueue("other-"+r.nonce, 30000, []string{"B", "w"}, req("B", lane("busy", 1)))
+			frozen, err := strconv.ParseInt(r.marker()["frozen"], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := int64(hdl)
+			if second == "lanes and meta" {
+				want = before + 30000 // both copies of the freeze lost: the longest TTL from now
+			}
+			if frozen < want {
+				t.Errorf("after a second reset (%s lost), frozen until %d; want at least %d", second, frozen, want)
+			}
+		})
+	}
+}
+
 // TestProtocolInspectPagingRealRedis: inspect.lua returns at most budget
 // entries per page, holders (in grant order) then waiters, and a cursor to
 // go on with: "h" or "w" and the member last returned, "w" (the waiters
@@ -2170,7 +2262,7 @@ func TestProtocolBadArgRealRedis(t *testing.T) {
 			return err
 		}
 	}
-	for _, tt := range []struct {
+	cases := []struct {
 		name, field string
 		run         func() error
 	}{
@@ -2218,12 +2310,16 @@ func TestProtocolBadArgRealRedis(t *testing.T) {
 		{"inspect: a key without its cursor", "keys", insp(10, "k")},
 		{"inspect: keys past MAX_STEP_REQUESTS", "keys", insp(10, append(slices.Repeat([]string{"k", ""}, int(b["MAX_STEP_REQUESTS"])), "k", "")...)},
 		{"inspect: a key with a newline", "key", insp(10, "a\nb", "")},
+		{"inspect: a cursor of another key", "cursor", insp(10, "k", "wother\x00")},
+		{"inspect: a cursor of neither kind", "cursor", insp(10, "k", "xbogus")},
+		{"inspect: a bad cursor after a good key", "cursor", insp(10, "j", "", "k", "h")},
 		{"doctor: what holds", "what", doc("holds", "check", "0", 10)},
 		{"doctor: mode fix", "mode", doc("entries", "fix", "0", 10)},
 		{"doctor: count 0", "count", doc("entries", "check", "0", 0)},
 		{"doctor: count past MAX_STEP_REQUESTS", "count", doc("entries", "check", "0", b["MAX_STEP_REQUESTS"]+1)},
 		{"doctor: a cursor not a number", "cursor", doc("entries", "check", "x", 10)},
-		{"doctor: count checked before cursor", "count", doc("queue", "check", "x", 0)},
+		{"doctor: cursor checked before count", "cursor", doc("queue", "check", "x", 0)},
+		{"doctor: reap in check mode", "mode", doc("reap", "check", "0", 10)},
 		{"record: an operator", "owner", rec("", "call", "v", 1000)},
 		{"record: no call id", "call", rec(owner, "", "v", 1000)},
 		{"record: a call id with a newline", "call", rec(owner, "a\nb", "v", 1000)},
@@ -2235,7 +2331,8 @@ func TestProtocolBadArgRealRedis(t *testing.T) {
 		{"six KEYS", "keys", keys("heartbeat.lua", r.keys[:len(r.keys)-1], 30000, owner, "e")},
 		{"nine KEYS", "keys", keys("heartbeat.lua", append(slices.Clone(r.keys), r.runKey("x"), r.runKey("y")), 30000, owner, "e")},
 		{"record.lua with seven KEYS", "keys", keys("record.lua", r.keys, owner, "call", "v", 1000)},
-	} {
+	}
+	for _, tt := range cases {
 		err := tt.run()
 		want := "LANES_BADARG " + tt.field + " "
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
@@ -2248,6 +2345,56 @@ func TestProtocolBadArgRealRedis(t *testing.T) {
 	everything := append(slices.Clone(r.keys), r.runKey(r.run))
 	if n, _ := r.c.Exists(ctx, everything...).Result(); n != 0 {
 		t.Errorf("after refused steps, %d keys of the namespace exist; want none (refused before any change)", n)
+	}
+
+	// The same refusals on a state where a step would change something
+	// before deciding: a holder past its deadline (a reap removes it and
+	// grants its waiter) and a lapsed tombstone. Every key must stay
+	// byte for byte what it was (a refused inspect cursor once reaped and
+	// granted without writing the key records: two holders of a limit-1
+	// key followed).
+	r.mustEnqueue(owner, 200, []string{"H", "h"}, req("H", lane("k", 1)))
+	r.mustEnqueue(owner, 30000, []string{"W", "w"}, req("W", lane("k", 1)))
+	r.release(owner, 1, "never-enqueued") // a tombstone that lapses at once
+	for {                                 // until the Redis clock is past H's deadline
+		dl, err := r.c.ZScore(ctx, r.key("deadlines"), "H").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, err := r.c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if float64(now.UnixMilli()) > dl+1 {
+			break
+		}
+	}
+	dump := func() map[string]string {
+		out := map[string]string{}
+		for _, k := range everything {
+			v, err := r.c.Dump(ctx, k).Result()
+			if err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+			out[k] = v
+		}
+		return out
+	}
+	before := dump()
+	for _, tt := range cases {
+		if err := tt.run(); err == nil || !strings.HasPrefix(err.Error(), "LANES_BADARG "+tt.field+" ") {
+			t.Errorf("%s, with an expired holder = %v; want LANES_BADARG %s <what>", tt.name, err, tt.field)
+		}
+		after := dump()
+		for _, k := range everything {
+			if after[k] != before[k] {
+				t.Errorf("%s, refused, changed %s (an expired holder, a waiter and a lapsed tombstone were there)", tt.name, k)
+			}
+		}
+		before = after
+	}
+	if err := r.c.Del(ctx, everything...).Err(); err != nil {
+		t.Fatal(err)
 	}
 
 	// LANES_VERSION: a caller of another version, to every lanes script,
@@ -2605,12 +2752,13 @@ func TestProtocolDoctorRealRedis(t *testing.T) {
 		t.Errorf("entries holds %d after the reset; want its marker alone", n)
 	}
 
-	// reap: in check mode too.
+	// reap: in repair mode only (check mode is refused above, in
+	// TestProtocolBadArgRealRedis).
 	epoch2 := p.epoch
 	r.c.HSet(ctx, r.key("lanes"), "\x00", strings.Join([]string{r.doc.protocol, epoch2, "0", "30000", "0"}, " ")) // end the freeze
 	r.mustEnqueue(owner, 1, []string{"X", "h", "Y", "h"}, req("X", lane("x", 1)), req("Y", lane("y", 1)))
 	time.Sleep(20 * time.Millisecond)
-	p = r.doctor("reap", "check", "0", 1)
+	p = r.doctor("reap", "repair", "0", 1)
 	if p.epoch != epoch2 || p.next != "0" || p.reaped != 2 || r.exists("X") || r.exists("Y") {
 		t.Errorf("doctor reap = %+v; want 2 reaped, next \"0\"", p)
 	}

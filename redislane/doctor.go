@@ -17,7 +17,7 @@ var doctorScript = redis.NewScript(lua.Source("doctor.lua"))
 type Report struct {
 	Namespace string
 	Epoch     string   // "" when the namespace has no state
-	Missing   []string // state keys missing while others exist: the next step resets the namespace
+	Missing   []string // state keys missing (or without their marker) while others exist: the next step resets the namespace
 	Legacy    []string // keys of protocol 1 (lanes before protocol 2), which protocol 2 does not read
 	Problems  []string // one line each: an entry or member and what is wrong
 	Repairs   []string // what Doctor changed (with repair set)
@@ -33,8 +33,9 @@ var legacyKeys = []string{"holds", "limits", "tokens", "seq", "stats"}
 
 // Doctor checks the namespace's state for inconsistencies between its keys,
 // one bounded page at a time (doctor.lua), and reports them. With repair,
-// it also fixes them: stray members are removed, limits of idle keys
-// forgotten, expired entries reaped, a namespace missing some of its keys
+// it also fixes them: stray members are removed, key records mended (a
+// holder that is none dropped, the waiter count taken from the queue),
+// expired entries reaped, a namespace missing some of its keys
 // or whose entries disagree with their index is reset (every entry ends;
 // see DESIGN.md invariant 13), and protocol 1's leftover keys are deleted
 // when no protocol 1 entry is alive in them. It does not stop other steps
@@ -47,10 +48,34 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 	if err != nil {
 		return nil, b.mapErr(err)
 	}
-	if n > 0 && n < 6 {
-		for _, k := range b.keys[:6] {
-			if e, _ := b.c.Exists(ctx, k).Result(); e == 0 {
+	if n > 0 {
+		// A state key counts as missing without its marker: it vanished and
+		// a write made it again (docs/PROTOCOL.md, "Markers").
+		for i, k := range b.keys[:6] {
+			var marked bool
+			switch i {
+			case 0, 1, 5: // entries, lanes, meta: hashes
+				marked, err = b.c.HExists(ctx, k, "\x00").Result()
+			default: // queue, deadlines, nested: sorted sets
+				err = b.c.ZScore(ctx, k, "\x00").Err()
+				marked = err == nil
+				if err == redis.Nil {
+					err = nil
+				}
+			}
+			if err != nil {
+				return nil, b.mapErr(err)
+			}
+			if !marked {
 				r.Missing = append(r.Missing, k)
+			}
+		}
+		if len(r.Missing) == 6 {
+			// No marker at all and no meta: protocol 1's keys (Legacy).
+			if m, err := b.c.Exists(ctx, b.keys[5]).Result(); err != nil {
+				return nil, b.mapErr(err)
+			} else if m == 0 {
+				r.Missing = nil
 			}
 		}
 	}

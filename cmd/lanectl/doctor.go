@@ -44,11 +44,13 @@ func newDoctorCommand(o *doctorOptions) *cobra.Command {
 inconsistency in one line: a state key missing while the others exist, keys
 left by an older lanes (protocol 1), an entry its holders, queues or
 deadlines do not list, a member of those that no entry accounts for, a
-limit recorded for a key nobody holds or awaits. It exits 0 when it found
+key record that lists a holder the key does not have or counts waiters its
+queue does not hold. It exits 0 when it found
 nothing, 1 when it found something (and, with --repair, repaired it).
 
---repair fixes what it found: stray members are removed, the limits of idle
-keys forgotten, expired entries reaped, protocol 1's keys deleted once no
+--repair fixes what it found: stray members are removed, key records mended
+(holders that are none dropped, waiter counts taken from the queue), expired
+entries reaped, protocol 1's keys deleted once no
 entry of theirs is alive. A namespace missing some of its keys, or whose
 entries disagree with their index, is reset: every lease and waiter of the
 namespace ends (their processes are told), and nothing is granted until the

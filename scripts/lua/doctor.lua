@@ -7,7 +7,7 @@
 -- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] what: "entries",
 --       "queue", "deadlines", "nested", "lanes" (the state key to walk) or
---       "reap", [4] "check" or "repair", [5] cursor (HSCAN/ZSCAN, "0" to
+--       "reap" (repair mode only), [4] "check" or "repair", [5] cursor (HSCAN/ZSCAN, "0" to
 --       start), [6] count (1 to MAX_STEP_REQUESTS).
 -- Reply: {epoch ("" when the namespace has no state), next cursor ("0":
 --        done), {problem, ...}, {repair done, ...}, reaped}. Each problem
@@ -31,8 +31,9 @@ local walks = {entries = K_ENTRIES, queue = K_QUEUE, deadlines = K_DEADLINES, ne
   lanes = K_LANES, reap = true}
 if not walks[what] then return badarg('what', 'must be entries, queue, deadlines, nested, lanes or reap') end
 if mode ~= 'check' and mode ~= 'repair' then return badarg('mode', 'must be check or repair') end
-if not count then return badarg('count', 'must be a whole number from 1 to ' .. MAX_STEP_REQUESTS) end
 if not string.find(cursor or '', '^%d+$') then return badarg('cursor', 'must be a scan cursor') end
+if not count then return badarg('count', 'must be a whole number from 1 to ' .. MAX_STEP_REQUESTS) end
+if what == 'reap' and mode ~= 'repair' then return badarg('mode', 'reap removes entries: it runs in repair mode only') end
 
 err = full(false)
 if err then return err end

@@ -15,9 +15,11 @@
 --        of it changed: {id, "e", {message}} (another owner holds the id),
 --        {id, "x", {message}} (the id names another request: other lanes
 --        or another lineage), {id, "t", {message}} (the id was released
---        since: a late copy of a settled step), {id, "c", {cycle in words,
---        JSON {entries, keys}}} (it would close a wait-for cycle through
---        nested calls, DESIGN.md invariant 11).
+--        since: a late copy of a settled step), {id, "b", {message}} (an
+--        ancestor it would borrow a key from lends to MAX_BORROWERS nested
+--        entries already), {id, "c", {cycle in words, JSON {entries,
+--        keys}}} (it would close a wait-for cycle through nested calls,
+--        DESIGN.md invariant 11).
 --        An id that exists already with the same lanes and lineage is not
 --        enqueued again: for the same owner (a retry) it keeps its place and
 --        state and its deadline is renewed; a waiting entry of another owner
@@ -287,7 +289,12 @@ local function room(queued)
     local key, limit = kl[1], kl[2]
     local r = kget(key)
     if #r.h + r.w >= limit then
-      r = purge(key, {}) -- an expired holder counts no more (nobody waits: nothing to grant)
+      -- An expired holder the reap did not reach counts no more; the
+      -- waiters its slot frees are granted first.
+      local touched = {}
+      r = purge(key, touched)
+      scan(touched)
+      r = kget(key)
       if #r.h + r.w >= limit then return false end
     end
   end

@@ -5,8 +5,8 @@
 -- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] budget: the most
 --       entries (holders and waiters) this page returns, 1 to
---       MAX_STEP_REQUESTS, [4...] pairs of key and cursor: the waiter
---       member to go on after ("" from the head; holders come only then).
+--       MAX_STEP_REQUESTS, [4...] pairs of key and cursor ("" from the
+--       key's head, else a next this script returned for the key).
 -- Reply: {now (ms), epoch ("" when the namespace has no state),
 --        {{key, limit (0: neither holders nor waiters), holder count,
 --          waiter count, {{entry JSON, deadline ms, id}, ...holders},
@@ -30,7 +30,13 @@ if (#ARGV - 3) % 2 ~= 0 or #ARGV - 3 > 2 * MAX_STEP_REQUESTS then
   return badarg('keys', 'pairs of key and cursor, at most ' .. MAX_STEP_REQUESTS)
 end
 for i = 4, #ARGV, 2 do
-  if not key_ok(ARGV[i]) then return badarg('key', 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters') end
+  local key, cursor = ARGV[i], ARGV[i + 1]
+  if not key_ok(key) then return badarg('key', 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters') end
+  local phase, after = string.sub(cursor, 1, 1), string.sub(cursor, 2)
+  if cursor ~= '' and ((phase ~= 'h' and phase ~= 'w') or (phase == 'h' and after == '')
+      or (after ~= '' and string.sub(after, 1, #key + 1) ~= key .. '\0')) then
+    return badarg('cursor', 'a cursor is "", or one that inspect.lua returned for the same key')
+  end
 end
 
 err = full(false)
@@ -48,10 +54,6 @@ local out = {}
 for i = 4, #ARGV, 2 do
   local key, cursor = ARGV[i], ARGV[i + 1]
   local phase, after = string.sub(cursor, 1, 1), string.sub(cursor, 2)
-  if cursor ~= '' and ((phase ~= 'h' and phase ~= 'w') or (phase == 'h' and after == '')
-      or (after ~= '' and string.sub(after, 1, #key + 1) ~= key .. '\0')) then
-    return badarg('cursor', 'a cursor is "", or one that inspect.lua returned for the same key')
-  end
   local r = kget(key)
   local limit = 0
   if not idle(r) then limit = r.l end

@@ -29,7 +29,8 @@
 --               every ancestor in an entry's lineage, and
 --               " " .. ancestor .. "\0" .. id for every ancestor the entry
 --               borrows a key from (ids hold no space, so the two never mix)
---   6 meta      hash: seq (the last sequence number), maxttl, and the
+--   6 meta      hash: seq (the last sequence number), maxttl, frozen
+--               (copies of the marker's, written at a reset), and the
 --               counts expired (holders whose lease ran out), evicted
 --               (waiters that expired), revoked (borrowers whose lender's
 --               hold ended), resets
@@ -81,12 +82,13 @@ local checked -- full has looked at every state key
 local granted, told
 local expired -- entries this step removed as expired
 
--- begin starts a step: it checks KEYS and the protocol, reads the clock and
--- forgets what an earlier step of the same library left. It returns an
--- error reply, or nil.
-local function begin(KEYS, ARGV)
-  if #KEYS ~= 7 and #KEYS ~= 8 then -- record.lua takes an eighth: the run's records
-    return redis.error_reply('LANES_BADARG keys expected 7 keys, got ' .. #KEYS)
+-- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
+-- the protocol, reads the clock and forgets what an earlier step of the
+-- same library left. It returns an error reply, or nil.
+local function begin(KEYS, ARGV, nkeys)
+  nkeys = nkeys or 7
+  if #KEYS ~= nkeys then
+    return redis.error_reply('LANES_BADARG keys expected ' .. nkeys .. ' keys, got ' .. #KEYS)
   end
   if ARGV[1] ~= PROTOCOL then
     return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' ' .. tostring(ARGV[1]))
@@ -282,28 +284,37 @@ local function mark()
 end
 
 -- reset makes an empty state with a new epoch. No grant happens before
--- every lease the lost state could still hold has run out: the latest
--- deadline known, else (when the deadlines are what vanished) now plus
--- the longest TTL given, else MAX_TTL. The fencing tokens stay in the key
--- records. Every owner is told on the namespace's channel and finds its
--- entries gone.
+-- every lease the lost state could still hold has run out, nor before a
+-- freeze already running ends: the latest deadline known, else (when the
+-- deadlines are what vanished) now plus the longest TTL given, else
+-- MAX_TTL; and at least the freeze of the marker or of meta's copy. The
+-- fencing tokens stay in the key records. Every owner is told on the
+-- namespace's channel and finds its entries gone.
 local function reset()
   local untl = NOW
-  if redis.call('EXISTS', K_DEADLINES) == 1 then
+  local meta = redis.call('HEXISTS', K_META, '\0') == 1 -- meta's copy of the freeze is known
+  if FROZEN then untl = math.max(untl, FROZEN) end
+  if meta then untl = math.max(untl, tonumber(redis.call('HGET', K_META, 'frozen') or '0') or 0) end
+  local deadlines = redis.call('EXISTS', K_DEADLINES) == 1
+  if deadlines then
     local last = redis.call('ZREVRANGEBYSCORE', K_DEADLINES, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
     if #last == 2 and last[1] ~= '\0' then untl = math.max(untl, tonumber(last[2]) or untl) end
-  else
-    local ttl = MAXTTL
-    if not ttl or ttl == 0 then ttl = tonumber(redis.call('HGET', K_META, 'maxttl') or '') or MAX_TTL end
-    untl = NOW + ttl
   end
   if not MAXTTL or MAXTTL == 0 then MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0 end
+  if not deadlines or (not FROZEN and not meta) then
+    -- The deadlines, or both copies of a freeze that may be running,
+    -- vanished: a lease may run for as long as the longest TTL given.
+    local ttl = MAXTTL
+    if ttl == 0 then ttl = MAX_TTL end
+    untl = math.max(untl, NOW + ttl)
+  end
   redis.call('UNLINK', K_ENTRIES, K_QUEUE, K_DEADLINES, K_NESTED)
   EPOCH, FROZEN = dec(NOW_US), untl
   TOMBS = tonumber(TOMBS) or 0
   local last = redis.call('ZREVRANGEBYSCORE', K_TOMBS, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #last == 2 then TOMBS = math.max(TOMBS, tonumber(last[2])) end
   mark()
+  redis.call('HSET', K_META, 'frozen', dec(FROZEN), 'maxttl', dec(MAXTTL))
   redis.call('HINCRBY', K_META, 'resets', 1)
   redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
 end
@@ -317,39 +328,49 @@ local function read_marker(raw)
   EPOCH, FROZEN, MAXTTL, TOMBS = ep, tonumber(fr), tonumber(mx), tonumber(tb)
 end
 
--- full makes sure every state key is there; a namespace with some of its
--- keys missing is reset (with nothing of it, made when create). It returns
--- an error reply for a namespace of another protocol, and leaves EPOCH nil
--- for a namespace with no state (when not create).
+-- markers counts the state keys that hold their marker (a key that
+-- vanished and was written again since, without its marker, counts as
+-- missing), and returns the marker of lanes.
+local function markers()
+  local m = redis.call('HGET', K_LANES, '\0')
+  local n = m and 1 or 0
+  n = n + redis.call('HEXISTS', K_ENTRIES, '\0') + redis.call('HEXISTS', K_META, '\0')
+  for _, k in ipairs({K_QUEUE, K_DEADLINES, K_NESTED}) do
+    if redis.call('ZSCORE', k, '\0') then n = n + 1 end
+  end
+  return n, m
+end
+
+-- full makes sure every state key is there with its marker; a namespace
+-- with some of them missing is reset (with nothing of it, made when
+-- create). It returns an error reply for a namespace of another protocol,
+-- and leaves EPOCH nil for a namespace with no state (when not create).
 local function full(create)
   if checked and (EPOCH or not create) then return end
   checked = true
-  local n = redis.call('EXISTS', unpack(STATE))
+  local n, m = markers()
   if n == #STATE then
-    if not EPOCH then
-      return read_marker(redis.call('HGET', K_LANES, '\0'))
-    end
+    if not EPOCH then return read_marker(m) end
     return
   end
   if n == 0 then
-    if not create then
-      EPOCH = nil
+    if redis.call('EXISTS', unpack(STATE)) == 0 then
+      if not create then
+        EPOCH = nil
+        return
+      end
+      EPOCH, FROZEN, MAXTTL, TOMBS = dec(NOW_US), 0, 0, 0
+      local last = redis.call('ZREVRANGEBYSCORE', K_TOMBS, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      if #last == 2 then TOMBS = tonumber(last[2]) end
+      mark()
+      redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
       return
     end
-    EPOCH, FROZEN, MAXTTL, TOMBS = dec(NOW_US), 0, 0, 0
-    local last = redis.call('ZREVRANGEBYSCORE', K_TOMBS, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if #last == 2 then TOMBS = tonumber(last[2]) end
-    mark()
-    redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
-    return
+    if redis.call('EXISTS', K_META) == 0 then
+      -- Keys without a marker, and no meta: the state of protocol 1.
+      return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:1 (lanectl doctor --repair removes it once no older client holds an entry)')
+    end
   end
-  if redis.call('EXISTS', K_META) == 0 and redis.call('HEXISTS', K_ENTRIES, '\0') == 0
-      and not redis.call('ZSCORE', K_QUEUE, '\0') and not redis.call('ZSCORE', K_NESTED, '\0')
-      and not redis.call('ZSCORE', K_DEADLINES, '\0') and redis.call('HEXISTS', K_LANES, '\0') == 0 then
-    -- Keys without a marker are the state of protocol 1, not ours.
-    return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:1 (lanectl doctor --repair removes it once no older client holds an entry)')
-  end
-  local m = redis.call('HGET', K_LANES, '\0')
   if m then
     local err = read_marker(m)
     if err then return err end

@@ -15,10 +15,9 @@
 --        "w", "g" or "f"}, {ids granted}}, as release.lua.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
-local err = begin(KEYS, ARGV)
+local err = begin(KEYS, ARGV, 8) -- the seven of lib.lua and the run's records
 if err then return err end
 
-if #KEYS ~= 8 then return badarg('keys', 'expected 8 keys, got ' .. #KEYS) end
 local by, call, value = ARGV[3], ARGV[4], ARGV[5]
 if not id_ok(by) then return badarg('owner', 'id must be 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces') end
 if type(call) ~= 'string' or call == '' or not field_ok(call) then
