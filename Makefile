@@ -31,12 +31,18 @@ demo-lock: build
 
 # Side-by-side benchmarks (bench/; results and column meanings in
 # docs/BENCHMARKS.md): lanes against raw round trips, a Lua spin mutex,
-# redsync, redislock and an in-process semaphore, printed as one table, in
-# about 2 minutes. Redis: LANES_REDIS_URL, REDIS_URL or 127.0.0.1:6379, else a
-# private redis-server it starts and stops. Flags go in BENCHFLAGS (go run
-# ./bench -h), e.g. BENCHFLAGS='-spawn -md' as in docs/BENCHMARKS.md. Then the
-# Go benchmarks of the packages, which report round trips per operation.
-BENCHFLAGS ?=
+# redsync, redislock and an in-process semaphore. Unpinned, every
+# measurement repeated 5 times (-reps) with the contenders in a new random
+# order each time; every cell and ratio printed as median [min–max], then
+# issue 12's targets, met or not; about 6 minutes. By default on a private
+# redis-server it starts and stops (-spawn: INFO's server-wide counters
+# then count only this program); BENCHFLAGS= (empty) uses LANES_REDIS_URL,
+# REDIS_URL or 127.0.0.1:6379 instead. Other flags go in BENCHFLAGS (go
+# run ./bench -h), e.g. BENCHFLAGS='-spawn -md' as in docs/BENCHMARKS.md,
+# or BENCHFLAGS='-spawn -pin' for the pinned aside. Then the Go benchmarks
+# of the packages, which report round trips and Redis commands per
+# operation (against LANES_REDIS_URL or 127.0.0.1:6379).
+BENCHFLAGS ?= -spawn
 bench:
 	$(GO) run ./bench $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./redislane ./lanes

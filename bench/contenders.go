@@ -51,9 +51,13 @@ type proc struct {
 	scope string        // measurement: every key lives under it
 	i     int           // the process's number in its measurement
 	rt    *atomic.Int64 // round trips of its client, or nil
+	log   *cmdLog       // the commands its client sends, by name, or nil
 }
 
 func (p proc) client() *redis.Client {
+	if p.log != nil {
+		return p.e.newClient(p.e.clientName(p.kind, p.scope, p.i), p.rt, p.log)
+	}
 	return p.e.newClient(p.e.clientName(p.kind, p.scope, p.i), p.rt)
 }
 
@@ -201,6 +205,28 @@ func (l *lanesProc) Acquire(ctx context.Context, key string) (func() error, erro
 		return nil, err
 	}
 	return func() error { return lease.Release(context.Background()) }, nil
+}
+
+// queuedAcquirer is a contender whose Acquire has a moment by which the
+// request is surely in the key's queue: fairness takes it as the latest
+// the request can have arrived.
+type queuedAcquirer interface {
+	AcquireQueued(ctx context.Context, key string) (release func() error, queued time.Time, err error)
+}
+
+// AcquireQueued is Acquire as Session.Acquire does it (Enqueue, then Wait),
+// with the moment Enqueue returned: the entry is in the queue by then.
+func (l *lanesProc) AcquireQueued(ctx context.Context, key string) (func() error, time.Time, error) {
+	ts, err := l.s.Enqueue(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: key, Limit: 1}}})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	queued := time.Now()
+	lease, err := ts[0].Wait(ctx)
+	if err != nil {
+		return nil, queued, err
+	}
+	return func() error { return lease.Release(context.Background()) }, queued, nil
 }
 
 func (l *lanesProc) Close() error {

@@ -17,7 +17,8 @@ type pairOfProcs struct {
 	holder, waiter contender
 	waiterRT       atomic.Int64 // round trips of the waiter's client, if counted
 	s              samples
-	rel            samples // the holder's release call alone
+	rel            samples // the holder's release call alone: it grants the waiter
+	relFree        samples // the waiter's release after its grant: it grants nobody
 	rtSum          int64   // waiter round trips from the release to the grant
 }
 
@@ -36,8 +37,34 @@ type pairOfProcs struct {
 //
 // Each contender gets cfg.handoffs handoffs or cfg.handoffTime, whichever
 // ends first, spread over rounds taken in turn.
+//
+// Beside the handoffs it times two releases of each contender on that key:
+// the holder's, which has a waiter to grant (for lanes, the script grants
+// it; the pollers' waiter takes the key on its next attempt), and the
+// waiter's own once granted, which has nobody to grant. And before each
+// contender's turn in each round it times rttProbes raw round trips (one
+// EVALSHA of `return 1` on a client of its own): the round trip the
+// handoffs are divided by, measured in the same minutes.
 func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error {
 	var ps []*pairOfProcs
+	probe := e.newClient(e.clientName("floor-rtt", "handoff", 9), nil)
+	defer probe.Close()
+	var rtt samples
+	roundTrip := func(record bool) error {
+		for range rttProbes {
+			t0 := time.Now()
+			if err := returnOne.Run(ctx, probe, nil).Err(); err != nil {
+				return fmt.Errorf("raw round trip: %w", err)
+			}
+			if record {
+				rtt.add(time.Since(t0))
+			}
+		}
+		return nil
+	}
+	if err := roundTrip(false); err != nil {
+		return err
+	}
 	defer func() {
 		for _, p := range ps {
 			p.waiter.Close()
@@ -65,6 +92,9 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 	per := max(1, e.cfg.handoffs/rounds)
 	for range rounds {
 		for _, i := range rand.Perm(len(ps)) {
+			if err := roundTrip(true); err != nil {
+				return err
+			}
 			if err := ps[i].run(ctx, per, e.cfg.handoffTime/rounds, true); err != nil {
 				return fmt.Errorf("%s: %w", ps[i].k.id, err)
 			}
@@ -76,11 +106,21 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 		res.set(id, "hand99", us(p.s.pct(99)))
 		rts := float64(p.rtSum) / float64(max(n, 1))
 		res.set(id, "handrt", rts)
-		res.note("handoff %s: n=%d, p90 %s, max %s; the release call alone p50 %s; waiter round trips per handoff after the release %.2f",
-			id, n, fmtUS(us(p.s.pct(90))), fmtUS(us(p.s.pct(100))), fmtUS(us(p.rel.pct(50))), rts)
+		res.set(id, "relg50", us(p.rel.pct(50)))
+		res.set(id, "reln50", us(p.relFree.pct(50)))
+		res.note("handoff %s: n=%d, p90 %s, max %s; release call p50 %s with a waiter, %s with none; waiter round trips per handoff after the release %.2f",
+			id, n, fmtUS(us(p.s.pct(90))), fmtUS(us(p.s.pct(100))), fmtUS(us(p.rel.pct(50))), fmtUS(us(p.relFree.pct(50))), rts)
+	}
+	if len(ps) > 0 {
+		res.set(envRow, "rtt", us(rtt.pct(50)))
+		res.note("raw round trip beside the handoffs (EVALSHA `return 1`): n=%d, p50 %s, p90 %s", rtt.len(), fmtUS(us(rtt.pct(50))), fmtUS(us(rtt.pct(90))))
 	}
 	return nil
 }
+
+// rttProbes is how many raw round trips are timed before each contender's
+// turn of handoffs.
+const rttProbes = 5
 
 // run makes up to n handoffs within budget (at least one).
 func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, record bool) error {
@@ -121,8 +161,12 @@ func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, reco
 			p.rel.add(released)
 			p.rtSum += g.rt - rt0
 		}
+		t1 := time.Now()
 		if err := g.rel(); err != nil {
 			return fmt.Errorf("waiter release: %w", err)
+		}
+		if record {
+			p.relFree.add(time.Since(t1))
 		}
 	}
 	return nil

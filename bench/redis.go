@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -175,6 +176,7 @@ type env struct {
 	mu      sync.Mutex
 	clients []*redis.Client
 	sems    map[string]*semEntry // the in-process semaphores, by scope and key
+	enqSeq  int                  // enqueue steps measured so far: their ids differ
 }
 
 func newEnv(srv *server, cfg config) *env {
@@ -204,13 +206,16 @@ func (e *env) clientName(kind, scope string, i int) string {
 }
 
 // newClient opens a client, as one simulated process would, counting its
-// round trips in rt (when not nil).
-func (e *env) newClient(name string, rt *atomic.Int64) *redis.Client {
+// round trips in rt (when not nil), with the extra hooks.
+func (e *env) newClient(name string, rt *atomic.Int64, hooks ...redis.Hook) *redis.Client {
 	o := *e.srv.opts
 	o.ClientName = name
 	c := redis.NewClient(&o)
 	if rt != nil {
 		c.AddHook(&roundTrips{n: rt})
+	}
+	for _, h := range hooks {
+		c.AddHook(h)
 	}
 	e.mu.Lock()
 	e.clients = append(e.clients, c)
@@ -290,6 +295,7 @@ func infoField(info, name string) string {
 // serverCounters is what INFO says about the work the server did.
 type serverCounters struct {
 	calls map[string]int64 // per command: calls (scripts' inner commands included)
+	usec  map[string]int64 // per command: microseconds spent in it (a script's include its inner commands')
 	cpu   float64          // used_cpu_user + used_cpu_sys, seconds
 }
 
@@ -298,7 +304,7 @@ func readCounters(ctx context.Context, c *redis.Client) (serverCounters, error) 
 	if err != nil {
 		return serverCounters{}, err
 	}
-	sc := serverCounters{calls: map[string]int64{}}
+	sc := serverCounters{calls: map[string]int64{}, usec: map[string]int64{}}
 	for _, line := range strings.Split(info, "\n") {
 		line = strings.TrimSpace(line)
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
@@ -306,6 +312,9 @@ func readCounters(ctx context.Context, c *redis.Client) (serverCounters, error) 
 			for _, f := range strings.Split(fields, ",") {
 				if v, ok := strings.CutPrefix(f, "calls="); ok {
 					sc.calls[name], _ = strconv.ParseInt(v, 10, 64)
+				}
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					sc.usec[name], _ = strconv.ParseInt(v, 10, 64)
 				}
 			}
 		}
@@ -329,6 +338,66 @@ func (b serverCounters) sub(a serverCounters) (map[string]int64, float64) {
 		}
 	}
 	return d, b.cpu - a.cpu
+}
+
+// usecSub returns the microseconds per command between a and b, without
+// INFO.
+func (b serverCounters) usecSub(a serverCounters) map[string]int64 {
+	d := map[string]int64{}
+	for k, v := range b.usec {
+		if k == "info" {
+			continue
+		}
+		if x := v - a.usec[k]; x != 0 {
+			d[k] = x
+		}
+	}
+	return d
+}
+
+// scriptCommands are the commands that run a script or a function: their
+// commandstats usec is the script's whole run, inner commands included.
+var scriptCommands = []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"}
+
+func isScriptCommand(name string) bool { return slices.Contains(scriptCommands, strings.ToLower(name)) }
+
+// cmdLog is a go-redis hook that counts, by name, every command a client
+// sends, each command of a pipeline included: the commands Redis runs at
+// the top level for it. (roundTrips counts a pipeline once.)
+type cmdLog struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func newCmdLog() *cmdLog { return &cmdLog{n: map[string]int64{}} }
+
+func (l *cmdLog) add(cmd redis.Cmder) {
+	l.mu.Lock()
+	l.n[strings.ToLower(cmd.Name())]++
+	l.mu.Unlock()
+}
+
+// snapshot returns the counts so far.
+func (l *cmdLog) snapshot() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.n)
+}
+
+func (l *cmdLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *cmdLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		l.add(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (l *cmdLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			l.add(c)
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // countClients returns the connections whose name is name.

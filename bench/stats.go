@@ -44,22 +44,30 @@ func (s *samples) pct(p float64) time.Duration {
 type results struct {
 	order []string
 	vals  map[string]map[string]float64
-	text  map[string]map[string]string // a cell shown as text (e.g. "12 failed")
 	notes []string
 }
 
 func newResults(ks []*kind) *results {
-	r := &results{vals: map[string]map[string]float64{}, text: map[string]map[string]string{}}
+	r := &results{vals: map[string]map[string]float64{}}
 	for _, k := range ks {
 		r.order = append(r.order, k.id)
 		r.vals[k.id] = map[string]float64{}
-		r.text[k.id] = map[string]string{}
 	}
 	return r
 }
 
-func (r *results) set(kind, col string, v float64) { r.vals[kind][col] = v }
-func (r *results) setText(kind, col, s string)     { r.text[kind][col] = s }
+// set records a value; kind may also name a row that is no contender
+// (envRow).
+func (r *results) set(kind, col string, v float64) {
+	if r.vals[kind] == nil {
+		r.vals[kind] = map[string]float64{}
+	}
+	r.vals[kind][col] = v
+}
+
+// envRow is the row of values that belong to no contender: the raw round
+// trip measured beside the handoffs, the enqueue step's script time.
+const envRow = "env"
 
 func (r *results) get(kind, col string) (float64, bool) {
 	m, ok := r.vals[kind]

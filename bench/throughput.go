@@ -12,21 +12,40 @@ import (
 	"time"
 )
 
-// cell is one throughput measurement: procs processes on keys keys.
+// cell is one throughput measurement: procs processes on keys keys, each
+// process looping on one goroutine, or on goroutines goroutines of one
+// process (a shared cell).
 type cell struct {
-	col   string
-	procs int
-	keys  int
+	col    string
+	procs  int
+	keys   int
+	shared bool // one process, e.cfg.gGoroutines goroutines on e.cfg.gKeys keys
 }
 
-// name is the cell's -cells name: "8x1" is 8 processes on 1 key.
-func (c cell) name() string { return fmt.Sprintf("%dx%d", c.procs, c.keys) }
+// name is the cell's -cells name: "8x1" is 8 processes on 1 key;
+// "goroutines" is many goroutines of one process on many keys.
+func (c cell) name() string {
+	if c.shared {
+		return "goroutines"
+	}
+	return fmt.Sprintf("%dx%d", c.procs, c.keys)
+}
 
 var cells = []cell{
-	{"thr1", 1, 1},
-	{"thr8", 8, 1}, // also the fairness cell
-	{"thr64", 64, 1},
-	{"thr64k", 64, 64},
+	{col: "thr1", procs: 1, keys: 1},
+	{col: "thr8", procs: 8, keys: 1}, // also the fairness cell
+	{col: "thr64", procs: 64, keys: 1},
+	{col: "thr64k", procs: 64, keys: 64},
+	{col: "thrG", procs: 1, shared: true},
+}
+
+// loops is how many goroutines of c loop on Acquire and release, and keys
+// how many keys they pick from.
+func (c cell) loops(e *env) (loops, keys int) {
+	if c.shared {
+		return e.cfg.gGoroutines, e.cfg.gKeys
+	}
+	return c.procs, c.keys
 }
 
 func cellNames() []string {
@@ -42,6 +61,7 @@ func cellNames() []string {
 type op struct {
 	proc    int
 	arrive  time.Time
+	queued  time.Time // when the request was surely queued (lanes: its Enqueue returned); zero: unknown
 	granted time.Time // zero: not granted before the cell ended
 }
 
@@ -57,15 +77,18 @@ type cellResult struct {
 
 // measureThroughput runs every cell for each lock: each process acquires,
 // releases at once, and repeats for cfg.dur; on one key, or on a key chosen
-// at random among 64 per operation. Grants per second count the Acquire
-// calls that returned before the end. The 8-process cell also gives the
-// fairness columns.
+// at random among 64 per operation. In the shared cell, cfg.gGoroutines
+// goroutines of one process (one Session, one client) do the same, each on
+// a key chosen at random among cfg.gKeys. Grants per second count the
+// Acquire calls that returned before the end. The 8-process cell also gives
+// the fairness columns.
 func measureThroughput(ctx context.Context, e *env, ks []*kind, res *results) error {
 	for _, c := range cells { // cell by cell: noise falls on every row alike
 		if len(e.cfg.cells) > 0 && !slices.Contains(e.cfg.cells, c.name()) {
 			continue
 		}
-		for _, k := range ks {
+		for _, i := range rand.Perm(len(ks)) { // in a new order each cell
+			k := ks[i]
 			if !k.lock {
 				continue
 			}
@@ -114,7 +137,11 @@ func measureFairnessOnly(ctx context.Context, e *env, ks []*kind, res *results) 
 
 func runCell(ctx context.Context, e *env, k *kind, c cell) (cellResult, error) {
 	var rt atomic.Int64
-	scope := fmt.Sprintf("thr-%d-%d", c.procs, c.keys)
+	loops, keys := c.loops(e)
+	scope := fmt.Sprintf("thr-%d-%d", c.procs, keys)
+	if c.shared {
+		scope = fmt.Sprintf("thr-g%d-%d", loops, keys)
+	}
 	ps, closeAll, err := openProcs(ctx, e, k, scope, c.procs, &rt)
 	if err != nil {
 		return cellResult{}, err
@@ -147,16 +174,23 @@ func runCell(ctx context.Context, e *env, k *kind, c cell) (cellResult, error) {
 		errs atomic.Int64
 		wg   sync.WaitGroup
 	)
-	for i, p := range ps {
+	for i := range loops {
+		p := ps[i%len(ps)]
 		wg.Go(func() {
 			var mine []op
 			for time.Now().Before(end) {
 				key := "k"
-				if c.keys > 1 {
-					key = fmt.Sprintf("k%d", rand.N(c.keys))
+				if keys > 1 {
+					key = fmt.Sprintf("k%d", rand.N(keys))
 				}
 				o := op{proc: i, arrive: time.Now()}
-				rel, err := p.Acquire(cctx, key)
+				var rel func() error
+				var err error
+				if qa, ok := p.(queuedAcquirer); ok {
+					rel, o.queued, err = qa.AcquireQueued(cctx, key)
+				} else {
+					rel, err = p.Acquire(cctx, key)
+				}
 				if err != nil {
 					if cctx.Err() != nil {
 						mine = append(mine, o) // still waiting when the cell ended
