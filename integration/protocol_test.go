@@ -865,7 +865,7 @@ func (r *protoRunner) checkRecord(rec map[string]any) {
 			r.t.Errorf("entry record field %q is not documented (PROTOCOL.md: %q)", field, r.doc.record)
 		}
 	}
-	optional := map[string]bool{"c": true, "t": true, "n": true, "l": true, "g": true, "x": true, "r": true, "b": true}
+	optional := map[string]bool{"c": true, "t": true, "n": true, "l": true, "g": true, "x": true, "r": true, "b": true, "v": true, "z": true}
 	for _, field := range r.doc.record {
 		if _, ok := rec[field]; !optional[field] && !ok {
 			r.t.Errorf("entry record %v lacks %q", rec, field)
@@ -2471,7 +2471,8 @@ func TestProtocolNoTTLRealRedis(t *testing.T) {
 	r.checkRelease(r.release(owner, 60000, "gone"), []string{"g"}, nil) // a tombstone
 	r.checkMarkers(t)
 	r.checkRelease(r.release(owner, 0, "holder", "waiter"), []string{"h", "w"}, nil)
-	r.heartbeat(owner, ttl, []string{"child", "g"}, "child") // revoked with its lender
+	r.heartbeat(owner, ttl, []string{"child", "g"}, "child")         // revoked with its lender, which keeps k for it
+	r.checkRelease(r.release(owner, 0, "child"), []string{"g"}, nil) // its owner releases it: both go
 	r.checkMarkers(t)
 	ctx := context.Background()
 	for i, k := range r.doc.keys[:r.doc.state] {
@@ -2542,7 +2543,7 @@ func TestProtocolBorrowersRealRedis(t *testing.T) {
 	r.wantKeyRec("b", epoch, 1, 1, "Q") // D waits on b only
 
 	// P's hold ends: C is revoked (its owner told), D queues on a at its
-	// own sequence number.
+	// own sequence number, and P keeps its slot on a (z) until C goes.
 	r.checkRelease(r.release(owner, 0, "P"), []string{"h"}, nil)
 	if h := hintFor(hints.hint(t), "C"); h == nil || h["x"] != nil {
 		t.Errorf("hint after P's release = %v; want {id: C}", h)
@@ -2553,8 +2554,32 @@ func TestProtocolBorrowersRealRedis(t *testing.T) {
 	if rd := r.record("D"); rd["r"] != nil {
 		t.Errorf("D's record r = %v; want none after its lender left", rd["r"])
 	}
+	if rc, rp := r.record("C"), r.record("P"); rc["v"] != float64(1) || rp["z"] != float64(1) {
+		t.Errorf("C's v = %v, P's z = %v; want 1 and 1 (C revoked, P kept for it)", rc["v"], rp["z"])
+	}
+	cdl, _ := r.c.ZScore(ctx, r.key("deadlines"), "C").Result()
+	if pdl, _ := r.c.ZScore(ctx, r.key("deadlines"), "P").Result(); pdl != cdl {
+		t.Errorf("P's deadline %v; want its revoked borrower's, %v", pdl, cdl)
+	}
+	r.wantKeyRec("a", epoch, 1, 1, "P")
+	// Gone to their owner: no renewal, a release of P changes nothing.
+	r.heartbeat(owner, ttl, []string{"C", "g", "P", "g", "D", "w"}, "C", "P", "D")
+	if dl, _ := r.c.ZScore(ctx, r.key("deadlines"), "C").Result(); dl != cdl {
+		t.Errorf("C's deadline moved from %v to %v; a revoked entry is not renewed", cdl, dl)
+	}
+	r.checkRelease(r.release(owner, 0, "P"), []string{"g"}, nil)
+	r.wantKeyRec("a", epoch, 1, 1, "P")
+	if _, err := r.enqueue(owner, ttl, req("C", lane("a", 1), "l", "P")); err != nil {
+		t.Fatal(err)
+	} else if rc := r.record("C"); rc["v"] != float64(1) {
+		t.Errorf("an enqueue of C's id changed it: %v", rc)
+	}
+	// C's release removes C, then P: a is free (D still waits on b).
+	r.checkRelease(r.release(owner, 0, "C"), []string{"g"}, nil)
+	if r.exists("C") || r.exists("P") {
+		t.Errorf("after C's release: C there %v, P there %v; want neither", r.exists("C"), r.exists("P"))
+	}
 	r.wantKeyRec("a", epoch, 1, 1)
-	r.heartbeat(owner, ttl, []string{"C", "g", "D", "w"}, "C", "D")
 	r.checkRelease(r.release(owner, 0, "Q"), []string{"h"}, []string{"D"})
 	_, list = r.heartbeat(owner, ttl, []string{"D", "h"}, "D")
 	if tok, _ := strconv.ParseUint(detail(list, 0)[1].(string), 10, 64); detail(list, 0)[0] != "a" || tok <= mustUint(t, tokA.(string)) {

@@ -203,6 +203,13 @@ type Holder struct {
 	Token   uint64    // its fencing token for this key
 	Granted time.Time // backend clock
 	Expires time.Time // backend clock: when the lease ends unless renewed
+	// Ended is set for a holder whose hold ended while it still takes its
+	// slot (DESIGN.md invariant 10): a nested entry revoked because the
+	// lease it borrowed a key from ended (its owner was told), or such a
+	// lender, kept until its revoked borrowers are released or expire, so
+	// that the key passes on only after they were told. It is never
+	// renewed; Expires is final.
+	Ended bool
 }
 
 // Waiter is an entry queued for a key.

@@ -45,7 +45,13 @@ type memEntry struct {
 	// invariant 10) to the ancestor whose hold it spends: it is neither
 	// queued on nor holding such a key itself.
 	borrowed map[string]*memEntry
+	// revoked: a holder whose lender's hold ended; kept: a lender whose
+	// hold ended while revoked borrowers hold, keeping its slots for them.
+	// Either is gone to its owner (heartbeats, enqueue retries).
+	revoked, kept bool
 }
+
+func (e *memEntry) ended() bool { return e.revoked || e.kept }
 
 var _ Backend = (*Memory)(nil)
 
@@ -192,6 +198,8 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 		switch {
 		case !sameRequest(e, r):
 			return Status{ID: r.ID, State: Gone, Err: &IDConflictError{ID: r.ID}}
+		case e.ended():
+			return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s ended since this enqueue was sent (its lease was revoked, or released)", ErrCanceled, r.ID)}
 		case e.Owner.ID != owner.ID && e.held:
 			return Status{ID: r.ID, State: Gone, Err: heldElsewhere(r.ID, e.Owner)}
 		case e.Owner.ID != owner.ID:
@@ -311,7 +319,7 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 	out := make([]Status, len(ids))
 	for i, id := range ids {
 		e := m.entries[id]
-		if e == nil || e.Owner.ID != owner {
+		if e == nil || e.Owner.ID != owner || e.ended() {
 			out[i] = Status{ID: id, State: Gone, Epoch: m.epoch}
 			continue
 		}
@@ -378,9 +386,14 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 	for i, id := range ids {
 		e := m.entries[id]
 		switch {
+		case e != nil && by != "" && e.kept:
+			rel.Was[i] = Gone // ended already, kept for its revoked borrowers
 		case e != nil && (by == "" || e.Owner.ID == by):
 			rel.Was[i] = Waiting
-			if e.held {
+			switch {
+			case by != "" && e.ended(): // gone to its owner; held to an operator
+				rel.Was[i] = Gone
+			case e.held:
 				rel.Was[i] = Held
 			}
 			st.remove(e, touched)
@@ -436,7 +449,7 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 		}
 		ks := KeyState{Key: k, Limit: limit}
 		for _, e := range m.holders[k] {
-			ks.Holders = append(ks.Holders, Holder{Entry: e.clone(), Token: e.tokens[k], Granted: e.granted, Expires: e.deadline})
+			ks.Holders = append(ks.Holders, Holder{Entry: e.clone(), Token: e.tokens[k], Granted: e.granted, Expires: e.deadline, Ended: e.ended()})
 		}
 		for i, e := range m.queues[k] {
 			ks.Waiters = append(ks.Waiters, Waiter{Entry: e.clone(), Position: i + 1, Expires: e.deadline})
@@ -490,9 +503,11 @@ func (m *Memory) begin() *step {
 		if m.entries[e.ID] != e {
 			continue // gone with a lender removed before it
 		}
-		if e.held {
+		switch {
+		case e.ended(): // counted as revoked, or released
+		case e.held:
 			m.stats.ExpiredHolders++
-		} else {
+		default:
 			m.stats.EvictedWaiters++
 		}
 		st.remove(e, touched)
@@ -504,18 +519,58 @@ func (m *Memory) begin() *step {
 	return st
 }
 
-// remove takes e out of the backend and records its keys in touched. A
-// holder's borrowers lose the keys they borrowed from it: one that holds is
-// removed too (its owner is told), one that waits joins those keys' queues
-// at its own sequence number (DESIGN.md invariant 10).
+// remove takes e out of the backend and records its keys in touched, as
+// lib.lua's remove does (DESIGN.md invariant 10). A holder that lends keys
+// ends first: its waiting borrowers join those keys' queues at their own
+// sequence numbers, its holding borrowers are revoked (their owners are
+// told), and while any of them holds, e keeps its slots until the last one
+// goes (its deadline the latest of theirs). A borrower's removal removes a
+// lender so kept once it lends to no holder.
 func (st *step) remove(e *memEntry, touched map[string]bool) {
 	m := st.m
+	if e.held && !e.kept && len(m.borrowers[e.ID]) > 0 {
+		var held []*memEntry
+		for _, id := range slices.Sorted(maps.Keys(m.borrowers[e.ID])) {
+			b := m.entries[id]
+			switch {
+			case b == nil:
+				unlink(m.borrowers, e.ID, id)
+			case b.held:
+				held = append(held, b)
+				if !b.ended() {
+					b.revoked = true
+					m.stats.Revoked++
+					st.told = append(st.told, ownedHint{b.Owner.ID, Hint{ID: b.ID}})
+				}
+			default:
+				for _, l := range b.Lanes {
+					if b.borrowed[l.Key] == e {
+						delete(b.borrowed, l.Key)
+						m.enqueueAt(l.Key, b)
+						touched[l.Key] = true
+					}
+				}
+				unlink(m.borrowers, e.ID, id)
+			}
+		}
+		if len(held) > 0 {
+			e.kept, e.deadline = true, held[0].deadline
+			for _, b := range held[1:] {
+				if b.deadline.After(e.deadline) {
+					e.deadline = b.deadline
+				}
+			}
+			return
+		}
+	}
 	for _, a := range e.Lineage {
 		unlink(m.nested, a, e.ID)
 	}
+	var lenders []*memEntry
 	for _, l := range e.Lanes {
 		if a := e.borrowed[l.Key]; a != nil {
 			unlink(m.borrowers, a.ID, e.ID)
+			lenders = append(lenders, a)
 			continue
 		}
 		if e.held {
@@ -526,29 +581,32 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 		touched[l.Key] = true
 	}
 	delete(m.entries, e.ID)
-	if !e.held {
-		return
-	}
-	for _, id := range slices.Sorted(maps.Keys(m.borrowers[e.ID])) {
-		b := m.entries[id]
-		if b == nil {
-			continue
-		}
-		if b.held {
-			m.stats.Revoked++
-			st.told = append(st.told, ownedHint{b.Owner.ID, Hint{ID: b.ID}})
-			st.remove(b, touched)
-			continue
-		}
-		for _, l := range b.Lanes {
-			if b.borrowed[l.Key] == e {
-				delete(b.borrowed, l.Key)
-				m.enqueueAt(l.Key, b)
-				touched[l.Key] = true
+	if e.held {
+		// A kept lender that goes (its deadline passed, or an operator
+		// released it): its revoked borrowers, told already, go with it.
+		ids := slices.Sorted(maps.Keys(m.borrowers[e.ID]))
+		delete(m.borrowers, e.ID)
+		for _, id := range ids {
+			if b := m.entries[id]; b != nil {
+				st.remove(b, touched)
 			}
 		}
 	}
-	delete(m.borrowers, e.ID)
+	for _, z := range lenders {
+		if m.entries[z.ID] == z && z.kept && !m.lendsToHolder(z) {
+			st.remove(z, touched)
+		}
+	}
+}
+
+// lendsToHolder reports whether a holder borrows a key from e.
+func (m *Memory) lendsToHolder(e *memEntry) bool {
+	for id := range m.borrowers[e.ID] {
+		if b := m.entries[id]; b != nil && b.held {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueueAt puts the waiting entry e in key's queue at its sequence number.

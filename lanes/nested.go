@@ -11,7 +11,7 @@ import (
 // own right (not by re-entry), or nil.
 func (m *Memory) ancestorHolding(e *memEntry, key string) *memEntry {
 	for _, a := range slices.Backward(e.Lineage) {
-		if x := m.entries[a]; x != nil && x.held && x.borrowed[key] == nil {
+		if x := m.entries[a]; x != nil && x.held && !x.ended() && x.borrowed[key] == nil {
 			if _, ok := x.tokens[key]; ok {
 				return x
 			}

@@ -946,7 +946,11 @@ func (t *dtarget) snapLines(sec string, snap *lanes.Snapshot) []string {
 	for _, ks := range snap.Keys {
 		out = append(out, fmt.Sprintf("%s key %s limit=%d holders=%d waiters=%d", sec, ks.Key, ks.Limit, len(ks.Holders), len(ks.Waiters)))
 		for _, h := range ks.Holders {
-			out = append(out, fmt.Sprintf("%s   holder %s tok=%s granted=%s expires=%s", sec, t.entryS(h.Entry), t.tokS(ks.Key, h.Token), t.timeS(h.Granted), t.timeS(h.Expires)))
+			ended := ""
+			if h.Ended {
+				ended = " ended"
+			}
+			out = append(out, fmt.Sprintf("%s   holder %s tok=%s granted=%s expires=%s%s", sec, t.entryS(h.Entry), t.tokS(ks.Key, h.Token), t.timeS(h.Granted), t.timeS(h.Expires), ended))
 		}
 		for _, w := range ks.Waiters {
 			out = append(out, fmt.Sprintf("%s   waiter %d %s expires=%s", sec, w.Position, t.entryS(w.Entry), t.timeS(w.Expires)))
@@ -1072,8 +1076,17 @@ func (t *dtarget) check(op dop, raw *rawStep) []string {
 					ahead++
 				}
 			}
-			if len(ks.Holders)+ahead > ks.Limit {
-				bad("fifo: key %s (limit %d): %s holds while %d holders and %d entries that arrived before it wait", ks.Key, ks.Limit, h.ID, len(ks.Holders), ahead)
+			// A holder that ended keeps its slot only until its revoked
+			// borrowers are gone; the waiters it requeued were behind no
+			// one when they borrowed: it does not count here.
+			nh := 0
+			for _, x := range ks.Holders {
+				if !x.Ended {
+					nh++
+				}
+			}
+			if nh+ahead > ks.Limit {
+				bad("fifo: key %s (limit %d): %s holds while %d holders that have not ended and %d entries that arrived before it wait", ks.Key, ks.Limit, h.ID, nh, ahead)
 			}
 		}
 		for i, w := range ks.Waiters {
@@ -1156,7 +1169,8 @@ func (t *dtarget) check(op dop, raw *rawStep) []string {
 // known is an entry the previous snapshot showed.
 type known struct {
 	lanes.Entry
-	held bool
+	held  bool
+	ended bool // revoked, or kept for revoked borrowers: gone to its owner
 }
 
 // model checks a step's answers against what the contract says they must
@@ -1184,30 +1198,41 @@ func (t *dtarget) model(op dop, raw *rawStep) []string {
 		if dup && errS(raw.err) != "invalid(id)" {
 			bad("model: a step with a duplicate id answered %q, not invalid(id)", errS(raw.err))
 		}
+	}
+	ents := map[string]known{}
+	limits := map[string]int{}
+	if t.prev != nil {
+		for _, ks := range t.prev.Keys {
+			limits[ks.Key] = ks.Limit
+			for _, h := range ks.Holders {
+				ents[h.ID] = known{h.Entry, true, h.Ended}
+			}
+			for _, w := range ks.Waiters {
+				ents[w.ID] = known{w.Entry, false, false}
+			}
+		}
+	}
+	if op.kind == "enq" {
 		for i, r := range op.reqs {
 			if raw.err != nil || i >= len(raw.statuses) {
 				break
 			}
 			if s := raw.statuses[i]; errors.Is(s.Err, lanes.ErrCanceled) {
-				if tomb, ok := t.tombs[r.id]; !ok || !tomb.After(now) {
-					bad("model: %s refused as settled, but no tombstone of it lives", r.id)
+				// Refused as settled (a tombstone), or as ended: revoked, or
+				// kept for revoked borrowers (an entry may end in this very
+				// step when its lender expires with a clock that moved).
+				e, visible := ents[r.id]
+				tomb, ok := t.tombs[r.id]
+				// A borrower that holds only borrowed keys is in no snapshot.
+				hidden := !visible && len(r.lineage) > 0
+				if !(ok && tomb.After(now)) && !(visible && e.ended) && !(visible && e.held && (t.prev == nil || t.advanced)) && !hidden {
+					bad("model: %s refused as settled or ended, but no tombstone of it lives and it had not ended", r.id)
 				}
 			}
 		}
 	}
 	if t.prev == nil || t.advanced {
 		return viol
-	}
-	ents := map[string]known{}
-	limits := map[string]int{}
-	for _, ks := range t.prev.Keys {
-		limits[ks.Key] = ks.Limit
-		for _, h := range ks.Holders {
-			ents[h.ID] = known{h.Entry, true}
-		}
-		for _, w := range ks.Waiters {
-			ents[w.ID] = known{w.Entry, false}
-		}
 	}
 	switch op.kind {
 	case "enq":
@@ -1239,6 +1264,10 @@ func (t *dtarget) model(op dop, raw *rawStep) []string {
 			case visible && !sameSpec(e.Entry, r):
 				if !errors.Is(s.Err, lanes.ErrIDConflict) {
 					bad("model: %s exists with other lanes or lineage; the answer is %s, not an id conflict", r.id, t.statusS(s))
+				}
+			case visible && e.ended:
+				if !errors.Is(s.Err, lanes.ErrCanceled) {
+					bad("model: %s ended (revoked, or kept for revoked borrowers); the answer is %s, not canceled", r.id, t.statusS(s))
 				}
 			case visible && e.Owner.ID != op.who && e.held:
 				if !errors.Is(s.Err, lanes.ErrNotHolder) {
@@ -1272,13 +1301,16 @@ func (t *dtarget) model(op dop, raw *rawStep) []string {
 			if !visible || slices.Contains(op.ids[:i], id) || i >= len(raw.rel.Was) {
 				continue
 			}
-			// an earlier id of the step may have been its lender
-			if slices.ContainsFunc(op.ids[:i], func(a string) bool { return slices.Contains(e.Lineage, a) }) {
+			// an earlier id of the step may have been its lender, or (for
+			// a lender kept for its revoked borrowers) its last borrower
+			if slices.ContainsFunc(op.ids[:i], func(a string) bool { return slices.Contains(e.Lineage, a) }) || e.ended && i > 0 {
 				continue
 			}
 			mine := op.who == "" || e.Owner.ID == op.who
 			want := lanes.Gone
-			if mine && e.held {
+			if mine && e.held && e.ended && op.who != "" {
+				want = lanes.Gone // ended: gone to its owner
+			} else if mine && e.held {
 				want = lanes.Held
 			} else if mine {
 				want = lanes.Waiting

@@ -168,6 +168,8 @@ type record struct {
 	Enqueued int64             `json:"e"`
 	Granted  int64             `json:"g"`
 	Tokens   map[string]string `json:"x"`
+	Revoked  int               `json:"v"`
+	Kept     int               `json:"z"`
 }
 
 func msTime(ms int64) time.Time { return time.UnixMilli(ms) }
@@ -242,7 +244,8 @@ func parsePage(v any, n int) (*page, error) {
 				return nil, err
 			}
 			tok, _ := strconv.ParseUint(rec.Tokens[key], 10, 64)
-			ks.Holders = append(ks.Holders, lanes.Holder{Entry: rec.entry(), Token: tok, Granted: msTime(rec.Granted), Expires: deadline})
+			ks.Holders = append(ks.Holders, lanes.Holder{Entry: rec.entry(), Token: tok, Granted: msTime(rec.Granted), Expires: deadline,
+				Ended: rec.Revoked+rec.Kept > 0})
 		}
 		for i, w := range ws {
 			rec, deadline, err := parsePair(w)

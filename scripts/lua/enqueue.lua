@@ -15,7 +15,8 @@
 --        of it changed: {id, "e", {message}} (another owner holds the id),
 --        {id, "x", {message}} (the id names another request: other lanes
 --        or another lineage), {id, "t", {message}} (the id was released
---        since: a late copy of a settled step), {id, "b", {message}} (an
+--        since: a late copy of a settled step; or its entry ended, revoked
+--        or kept for revoked borrowers), {id, "b", {message}} (an
 --        ancestor it would borrow a key from lends to MAX_BORROWERS nested
 --        entries already), {id, "c", {cycle in words, JSON {entries,
 --        keys}}} (it would close a wait-for cycle through nested calls,
@@ -306,6 +307,8 @@ for i, r in ipairs(reqs) do
   local e = existing[r.id]
   if e and not same(e, r) then
     out[i] = {r.id, 'x', {'entry ' .. r.id .. ' exists with other lanes or another lineage; an entry id names one request'}}
+  elseif e and ended(e) then
+    out[i] = {r.id, 't', {'entry ' .. r.id .. ' ended since this enqueue was sent (its lease was revoked, or released)'}}
   elseif e and e.o ~= owner and e.s == 'h' then
     out[i] = {r.id, 'e', {string.format('entry %s is held by another owner (%s pid %s); entry ids must be unique per call',
       r.id, e.h or '?', tostring(e.p))}}
@@ -332,8 +335,11 @@ for i, r in ipairs(reqs) do
       for _, h in ipairs(kget(key).h) do holders[h] = true end
       for j = #(r.l or {}), 1, -1 do
         if holders[r.l[j]] then
-          lender = r.l[j]
-          break
+          local a = load(r.l[j])
+          if a and not ended(a) then
+            lender = r.l[j]
+            break
+          end
         end
       end
       if lender then

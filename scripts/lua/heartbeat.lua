@@ -45,7 +45,7 @@ local mine, touched = {}, {}
 for i = 5, #ARGV do
   local id = ARGV[i]
   local e = load(id)
-  if e and e.o == owner then
+  if e and e.o == owner and not ended(e) then -- an ended entry is gone to its owner
     if not all and not alive(id) then
       expire(e, touched) -- its deadline passed: it is not renewed
     else
@@ -66,7 +66,7 @@ for _, g in ipairs(granted) do now[g.id] = g end
 for i = 5, #ARGV do
   local id = ARGV[i]
   local e = now[id] or mine[id]
-  if e and e.o == owner then
+  if e and e.o == owner and not ended(e) then
     out[#out + 1] = status(e, false)
   else
     out[#out + 1] = {id, 'g', {}}

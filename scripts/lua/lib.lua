@@ -49,7 +49,10 @@
 -- e = enqueued (ms), g = granted (ms), x = tokens ({key = "decimal
 -- token"}, once held), r = borrowed keys ({key = ancestor id}: keys taken
 -- by re-entry, neither queued nor held by the entry itself; absent when
--- none), b = 1 when nested entries borrow from it (absent otherwise)}.
+-- none), b = 1 when nested entries borrow from it (absent otherwise),
+-- v = 1 when it was revoked (it borrowed a key from a lease that ended),
+-- z = 1 when its hold ended while revoked borrowers still hold (it keeps
+-- its slots for them); an entry with v or z is gone to its owner}.
 
 -- The bounds. package lanes has the same constants (a test compares them).
 local PROTOCOL = '2'
@@ -295,11 +298,11 @@ local function reset()
   local meta = redis.call('HEXISTS', K_META, '\0') == 1 -- meta's copy of the freeze is known
   if FROZEN then untl = math.max(untl, FROZEN) end
   if meta then untl = math.max(untl, tonumber(redis.call('HGET', K_META, 'frozen') or '0') or 0) end
-  local deadlines = redis.call('EXISTS', K_DEADLINES) == 1
-  if deadlines then
-    local last = redis.call('ZREVRANGEBYSCORE', K_DEADLINES, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-    if #last == 2 and last[1] ~= '\0' then untl = math.max(untl, tonumber(last[2]) or untl) end
-  end
+  -- deadlines is whole while it holds its marker (a key written again
+  -- without it lost the deadlines it had).
+  local deadlines = redis.call('ZSCORE', K_DEADLINES, '\0') ~= false
+  local last = redis.call('ZREVRANGEBYSCORE', K_DEADLINES, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if #last == 2 and last[1] ~= '\0' then untl = math.max(untl, tonumber(last[2]) or untl) end
   if not MAXTTL or MAXTTL == 0 then MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0 end
   if not deadlines or (not FROZEN and not meta) then
     -- The deadlines, or both copies of a freeze that may be running,
@@ -449,47 +452,41 @@ local function grant(e, queued, dl, hint)
   if hint then granted[#granted + 1] = e end
 end
 
--- remove takes e out of the namespace and notes its keys in touched. A
--- holder's borrowers lose the keys they borrowed from it: a borrower that
--- holds is removed as well (its owner is told), one that waits joins those
--- keys' queues at its own sequence number (DESIGN.md invariant 10).
+-- ended reports whether e's hold ended while it keeps its slots: a lender
+-- kept for its revoked borrowers (z), or a revoked borrower (v). Its owner
+-- is told it is gone; it is never renewed, nor lent from.
+local function ended(e) return e.z or e.v end
+
+-- lent lists the members of nested that name e's borrowers.
+local function lent(e)
+  return redis.call('ZRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')
+end
+
+-- remove takes e out of the namespace and notes its keys in touched
+-- (DESIGN.md invariant 10). A holder that lends keys to nested entries
+-- ends first: its waiting borrowers join those keys' queues at their own
+-- sequence numbers, its holding borrowers are revoked (their owners are
+-- told, and they are gone to them), and while any of them holds, e keeps
+-- its slots (z), until the last one is released or expires (e's deadline
+-- is then the latest of theirs). So the next holder of a key is granted
+-- only after each borrower's owner was told, or its lease ran out. A
+-- borrower's removal removes a lender so kept once it lends to no holder.
 local remove
 remove = function(e, touched)
-  for _, a in ipairs(e.l or {}) do
-    redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
-  end
-  for _, kl in ipairs(e.k) do
-    local key = kl[1]
-    local a = borrowed(e, key)
-    if a then
-      redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
-    else
-      local r = kget(key)
-      if e.s == 'h' then
-        drop_holder(r, e.id)
-      else
-        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
-        r.w = r.w - 1
-      end
-      kput(key)
-      touched[key] = kl[2]
-    end
-  end
-  forget(e.id)
-  redis.call('ZREM', K_DEADLINES, e.id)
-  if e.s ~= 'h' or not e.b then return end
-  local lo_b, hi_b = '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1'
-  local revoked = 0
-  for _, m in ipairs(redis.call('ZRANGEBYLEX', K_NESTED, lo_b, hi_b)) do
-    local b = load(string.sub(m, #e.id + 3))
-    if b and b.r then
-      if b.s == 'h' then
-        revoked = revoked + 1
-        told[#told + 1] = {b.o, b.id}
-        for key, a in pairs(b.r) do
-          if a == e.id then b.r[key] = nil end -- its member goes below
+  if e.s == 'h' and e.b and not e.z then
+    local held, revoked = {}, 0
+    for _, m in ipairs(lent(e)) do
+      local b = load(string.sub(m, #e.id + 3))
+      if not b or not b.r then
+        redis.call('ZREM', K_NESTED, m)
+      elseif b.s == 'h' then
+        held[#held + 1] = b
+        if not ended(b) then
+          b.v = 1
+          store(b)
+          revoked = revoked + 1
+          told[#told + 1] = {b.o, b.id}
         end
-        remove(b, touched)
       else
         for key, a in pairs(b.r) do
           if a == e.id then
@@ -507,16 +504,72 @@ remove = function(e, touched)
         end
         if next(b.r) == nil then b.r = nil end
         store(b)
+        redis.call('ZREM', K_NESTED, m)
       end
     end
+    if revoked > 0 then redis.call('HINCRBY', K_META, 'revoked', revoked) end
+    if #held > 0 then
+      local dl = 0
+      for _, b in ipairs(held) do dl = math.max(dl, tonumber(redis.call('ZSCORE', K_DEADLINES, b.id) or '0')) end
+      e.z = 1
+      store(e)
+      redis.call('ZADD', K_DEADLINES, dl, e.id)
+      return
+    end
   end
-  redis.call('ZREMRANGEBYLEX', K_NESTED, lo_b, hi_b)
-  if revoked > 0 then redis.call('HINCRBY', K_META, 'revoked', revoked) end
+  for _, a in ipairs(e.l or {}) do
+    redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
+  end
+  local lenders = {}
+  for _, kl in ipairs(e.k) do
+    local key = kl[1]
+    local a = borrowed(e, key)
+    if a then
+      redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
+      lenders[#lenders + 1] = a
+    else
+      local r = kget(key)
+      if e.s == 'h' then
+        drop_holder(r, e.id)
+      else
+        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+        r.w = r.w - 1
+      end
+      kput(key)
+      touched[key] = kl[2]
+    end
+  end
+  forget(e.id)
+  redis.call('ZREM', K_DEADLINES, e.id)
+  if e.s == 'h' and e.b then
+    -- A kept lender that goes (its deadline passed, or an operator
+    -- released it): its revoked borrowers, told already, go with it.
+    local ms = lent(e)
+    redis.call('ZREMRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')
+    for _, m in ipairs(ms) do
+      local b = load(string.sub(m, #e.id + 3))
+      if b then remove(b, touched) end
+    end
+  end
+  for _, a in ipairs(lenders) do
+    local z = load(a)
+    if z and z.z then
+      local busy = false
+      for _, m in ipairs(lent(z)) do
+        local b = load(string.sub(m, #z.id + 3))
+        if b and b.s == 'h' then busy = true break end
+      end
+      if not busy then remove(z, touched) end
+    end
+  end
 end
 
--- expire removes e, whose deadline passed, and counts it.
+-- expire removes e, whose deadline passed, and counts it (unless it had
+-- ended).
 local function expire(e, touched)
-  redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
+  if not ended(e) then -- an ended lease was counted as revoked, or released
+    redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
+  end
   expired = expired + 1
   remove(e, touched)
 end

@@ -78,8 +78,10 @@ if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is go
 for _, id in ipairs(list) do
   local e
   if EPOCH then e = load(id) end
-  if e and (by == '' or e.o == by) then
-    was[#was + 1] = e.s
+  if e and by ~= '' and e.z then
+    was[#was + 1] = 'g' -- ended already, kept for its revoked borrowers
+  elseif e and (by == '' or e.o == by) then
+    was[#was + 1] = (by ~= '' and ended(e)) and 'g' or e.s -- gone to its owner; held to an operator
     remove(e, touched)
     if e.o ~= by then told[#told + 1] = {e.o, e.id} end
     if by == '' and tomb > 0 then entomb(id, 'f', tomb) end
