@@ -336,7 +336,7 @@ for i, r in ipairs(reqs) do
       for j = #(r.l or {}), 1, -1 do
         if holders[r.l[j]] then
           local a = load(r.l[j])
-          if a and not ended(a) then
+          if a and not ended(a) and alive(a.id) then -- an expired holder lends nothing
             lender = r.l[j]
             break
           end
