@@ -219,7 +219,7 @@ func TestReplyUnanswered(t *testing.T) {
 func TestReplyBadCustomCall(t *testing.T) {
 	for in, want := range map[string]string{
 		`{"choices":[{"message":{"tool_calls":[{"type":"custom","id":7,"custom":{"name":"sql"}}]}}]}`: "choices[0].message.tool_calls[0].id must be a string",
-		`{"choices":[{"message":{"tool_calls":[{"type":"custom","id":"c","custom":[]}]}}]}`:          "choices[0].message.tool_calls[0].custom must be an object",
+		`{"choices":[{"message":{"tool_calls":[{"type":"custom","id":"c","custom":[]}]}}]}`:           "choices[0].message.tool_calls[0].custom must be an object",
 		`{"output":[{"type":"custom_tool_call","call_id":{},"name":"sql"}]}`:                          "output[0].call_id must be a string",
 	} {
 		_, err := batch.ReadResponse([]byte(in))
@@ -304,5 +304,45 @@ func TestLoadWordingNamesTheFile(t *testing.T) {
 	}
 	if _, err := batch.LoadWording(path + ".missing"); err == nil || !strings.Contains(err.Error(), "cannot read") {
 		t.Errorf("LoadWording(missing) = %v; want cannot read", err)
+	}
+}
+
+// TestReadmeWordingTable: the README's table of texts is DefaultWording,
+// every key of it, and its [reply] example parses.
+func TestReadmeWordingTable(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "| status | key | default text |\n")
+	if !ok {
+		t.Fatal("README.md has no table of the reply's texts")
+	}
+	table, _, _ = strings.Cut(table, "\n\n")
+	d := batch.DefaultWording()
+	want := map[string]string{
+		"error": d.Error, "timed_out": d.TimedOut, "never_dispatched": d.NeverDispatched, "safe_to_retry": d.SafeToRetry,
+		"indeterminate": d.Indeterminate, "interrupted": d.Interrupted, "no_output": d.NoOutput, "output_not_stored": d.OutputNotStored,
+	}
+	seen := map[string]bool{}
+	for _, row := range strings.Split(table, "\n")[1:] { // past the |---| line
+		cells := strings.Split(strings.Trim(row, "|"), "|")
+		if len(cells) != 3 {
+			t.Fatalf("README row %q; want 3 cells", row)
+		}
+		key, text := strings.Trim(strings.TrimSpace(cells[1]), "`"), strings.TrimSpace(cells[2])
+		if w, ok := want[key]; !ok || w != text {
+			t.Errorf("README: %s = %q; DefaultWording has %q", key, text, w)
+		}
+		seen[key] = true
+	}
+	if len(seen) != len(want) {
+		t.Errorf("README's table has %d keys; want %d", len(seen), len(want))
+	}
+	_, example, _ := strings.Cut(string(data), "```toml\n[reply]\n")
+	example, _, _ = strings.Cut(example, "```")
+	w, err := batch.ParseWording([]byte("[reply]\n" + example))
+	if err != nil || w.NeverDispatched == d.NeverDispatched {
+		t.Errorf("README's [reply] example: %v, never_dispatched %q; want it parsed and replaced", err, w.NeverDispatched)
 	}
 }
