@@ -100,6 +100,9 @@ func (r reader) chatAnswers(resp *Response) error {
 		tc, _ := objectMap(raw)
 		typ, _ := r.string(tc, "type", path)
 		if typ == "" || typ == "function" {
+			if next >= len(resp.Calls) {
+				return errCallCount
+			}
 			resp.answers = append(resp.answers, answer{id: resp.Calls[next].ID, call: next})
 			next++
 			continue
@@ -135,6 +138,9 @@ func (r reader) responsesAnswers(resp *Response) error {
 		typ, _ := r.string(it, "type", path)
 		switch {
 		case typ == "function_call":
+			if next >= len(resp.Calls) {
+				return errCallCount
+			}
 			resp.answers = append(resp.answers, answer{id: resp.Calls[next].ID, call: next})
 			next++
 		case typ == "custom_tool_call":
@@ -237,6 +243,10 @@ func (r *Response) Reply(outcomes []sched.Outcome, w Wording) (json.RawMessage, 
 	}
 	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n")), nil
 }
+
+// errCallCount would mean that ReadCalls and the answers' reader disagree
+// on what a call is: a reply must never answer fewer calls than ran.
+var errCallCount = errors.New("the response's calls could not be matched with their answers")
 
 // errNotRun is the reason given for a custom tool's call.
 var errNotRun = errors.New(notRun)
