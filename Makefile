@@ -19,8 +19,10 @@ build:
 install:
 	$(GO) install $(LDFLAGS) ./cmd/lanectl
 
-# Every package under -race, then which backends the conformance suite
-# covered and what was skipped. The real-Redis tests use LANES_REDIS_URL (or
+# Every package under -race, each package's result as it finishes, then
+# which backends the conformance suite covered and what was skipped; on a
+# failure the failing tests' names, then only their output
+# (scripts/testreport). The real-Redis tests use LANES_REDIS_URL (or
 # REDIS_URL, or redis://127.0.0.1:6379) and skip, saying so, when none answers.
 test:
 	./scripts/test.sh
