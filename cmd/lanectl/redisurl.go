@@ -26,7 +26,9 @@ const redacted = "xxxxx"
 // printed. It works on URLs that do not parse too: a malformed URL is shown
 // in an error message, and its password must not be.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	// Without "://", url.Parse reads "user:pw@host" as a scheme and an
+	// opaque rest, and Redacted keeps the password.
+	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
 		return u.Redacted()
 	}
 	if i, j, ok := passwordSpan(raw); ok {
@@ -97,7 +99,7 @@ func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 		if !strings.Contains(raw, "://") {
 			reason = strings.ReplaceAll(reason, raw, redacted)
 		}
-		return nil, usageErrorf("bad %s: %s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"))
+		return nil, usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
 	}
 	if _, port, err := net.SplitHostPort(opt.Addr); err == nil {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
@@ -108,6 +110,23 @@ func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 		return nil, usageErrorf("bad %s: database %d is negative", what, opt.DB)
 	}
 	return opt, nil
+}
+
+// schemeHint suggests the URL a bare host:port meant: "; did you mean
+// redis://127.0.0.1:6379?" for 127.0.0.1:6379. It says nothing for
+// anything else, and never repeats a password.
+func schemeHint(raw string) string {
+	if strings.Contains(raw, "://") || strings.Contains(raw, "@") {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil || host == "" || strings.ContainsAny(host, "/?#") {
+		return ""
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return ""
+	}
+	return "; did you mean redis://" + raw + "?"
 }
 
 // maxURLFile bounds what lanectl reads of a --redis-url-file.
