@@ -29,17 +29,24 @@ func newWatcher(src Source, s *Server) *watcher {
 	return &watcher{src: src, s: s, hist: newHistory(s.cfg.MaxSpans, s.cfg.History)}
 }
 
-// run looks every interval until ctx ends. A look that fails marks an
-// outage and keeps the last good view; the next good one ends it.
+// run looks every interval until ctx ends, or less often when a look takes
+// longer than half the interval: it waits at least as long as the last look
+// took, so that a large namespace keeps Redis busy half the time at most.
+// A look that fails marks an outage and keeps the last good view; the next
+// good one ends it.
 func (w *watcher) run(ctx context.Context) {
-	tick := time.NewTicker(w.s.cfg.Interval)
-	defer tick.Stop()
-	for ctx.Err() == nil {
-		w.lookOnce(ctx)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
 		select {
 		case <-ctx.Done():
-		case <-tick.C:
+			return
+		case <-timer.C:
 		}
+		start := time.Now()
+		w.lookOnce(ctx)
+		took := time.Since(start)
+		timer.Reset(max(w.s.cfg.Interval-took, took))
 	}
 }
 
