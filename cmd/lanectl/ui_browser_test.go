@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/integration/chaos"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -55,11 +58,12 @@ func startLockOnStdin(t *testing.T, s *server, id, key string) (*proc, io.WriteC
 	return p, stdin
 }
 
-// startUI starts `lanectl ui` on a free loopback port with extra flags and
-// returns the process and the page's URL (the first line it prints).
-func startUI(t *testing.T, s *server, flags ...string) (*proc, string) {
+// startUI starts `lanectl ui` for s's namespace on Redis at redisURL, on a
+// free loopback port with extra flags, and returns the process and the
+// page's URL (the first line it prints).
+func startUI(t *testing.T, s *server, redisURL string, flags ...string) (*proc, string) {
 	t.Helper()
-	p := startBin(t, s.args(append([]string{"ui", "--addr", "127.0.0.1:0"}, flags...)...)...)
+	p := startBin(t, append([]string{"--redis", redisURL, "--namespace", s.ns, "ui", "--addr", "127.0.0.1:0"}, flags...)...)
 	var url string
 	eventually(t, "lanectl ui prints its URL", func() bool {
 		line, err := bufio.NewReader(strings.NewReader(p.stdout.String())).ReadString('\n')
@@ -90,8 +94,9 @@ func jsString(s string) string {
 // becomes the holder's; the key's timeline draws both holds, the first
 // before the second, and the second's wait beside the first's hold; the
 // force release asks, names the entry and its owner, and ends the second
-// lock's lease. A key and a tool name made of HTML show as text. The
-// screenshots go to docs/ with -ui-screenshots.
+// lock's lease; when Redis goes away (the UI reaches it through a proxy)
+// the page says so, and recovers. A key and a tool name made of HTML show
+// as text. The screenshots go to docs/ with -ui-screenshots.
 func TestUIBrowserRealRedis(t *testing.T) {
 	bin := chromiumBinary()
 	if bin == "" {
@@ -123,7 +128,13 @@ func TestUIBrowserRealRedis(t *testing.T) {
 	xssKey := `tool:<img src=x onerror="window.__xss=1">`
 	xss := hold(lanes.Request{ID: "xss", Tool: "<script>window.__xss=2</script>", Lanes: []lanes.Lane{{Key: xssKey, Limit: 1}}})
 
-	ui, url := startUI(t, s, "--interval", "100ms", "--allow-release")
+	// The UI reaches Redis through a proxy, to cut it at the end.
+	opt, err := redis.ParseURL(s.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := chaos.StartProxy(t, opt.Addr, 1)
+	ui, url := startUI(t, s, proxy.URL(), "--interval", "100ms", "--allow-release")
 	const key = "concurrency:rfd"
 	first, firstIn := startLockOnStdin(t, s, "replica-a.renumber", key)
 	eventually(t, "the first lock holds "+key, func() bool {
@@ -220,6 +231,26 @@ func TestUIBrowserRealRedis(t *testing.T) {
 	secondIn.Close()
 	p.waitUntil(t, "the page says what it released", `document.getElementById("toast").textContent.startsWith("Released replica-b.renumber (was held")`,
 		`document.getElementById("toast").textContent`)
+
+	// Redis goes away (for the UI): the page says so and keeps what it
+	// saw; then it comes back. (The timeline closed and the toast hidden,
+	// for the screenshot.)
+	if err := p.eval(ctx, `document.getElementById("tl-close").click(); document.getElementById("toast").hidden = true`, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil(t, "the timeline closes", `document.getElementById("timeline").hidden && location.hash === ""`, `location.hash`)
+	proxy.SetUpstream("127.0.0.1:1")
+	proxy.CutAll()
+	p.waitUntil(t, "the page says Redis is unreachable",
+		`document.getElementById("conn").dataset.conn === "outage" && document.querySelector("#banners .banner").textContent.includes("since") && document.querySelector("article.key.stale") !== null`,
+		`document.getElementById("conn").textContent + " | " + document.getElementById("banners").textContent`)
+	if err := p.screenshot(ctx, filepath.Join(shots, "ui-outage.png")); err != nil {
+		t.Fatal(err)
+	}
+	proxy.SetUpstream(opt.Addr)
+	p.waitUntil(t, "the page is live again", `document.getElementById("conn").dataset.conn === "live" && document.querySelector("#banners .banner") === null`,
+		`document.getElementById("conn").textContent + " | " + document.getElementById("banners").textContent`)
+
 	if log := p.b.consoleLog(); len(log) > 0 {
 		t.Errorf("the page logged: %q", log)
 	}

@@ -88,11 +88,11 @@ func uiCall(t *testing.T, method, base, path, token string, body any, v any) int
 // appears in no output.
 func TestUIReleasesAsReleaseForceDoesRealRedis(t *testing.T) {
 	s := newRealRedis(t)
-	other := newServer(t, "redis", s.url) // a second namespace, empty; s.args names the first
+	other := newServer(t, "redis", s.url) // a second namespace, empty; startUI names the first
 	const token = "tok-0123456789abcdef-tok"
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	writeFile(t, tokenFile, token+"\n", 0o600)
-	proc, base := startUI(t, s, "--namespace", other.ns, "--token-file", tokenFile, "--allow-release", "--interval", "20ms")
+	proc, base := startUI(t, s, s.url, "--namespace", other.ns, "--token-file", tokenFile, "--allow-release", "--interval", "20ms")
 
 	const key = "lock:draft"
 	first, _ := startLockOnStdin(t, s, "first", key)
@@ -159,7 +159,7 @@ func TestUIReleasesAsReleaseForceDoesRealRedis(t *testing.T) {
 // unless --allow-release (real Redis, a namespace of its own).
 func TestUIWithoutAllowReleaseRefusesRealRedis(t *testing.T) {
 	s := newRealRedis(t)
-	proc, base := startUI(t, s)
+	proc, base := startUI(t, s, s.url)
 	var e struct{ Error string }
 	if code := uiCall(t, "POST", base, "/api/release", "", map[string]string{"namespace": s.ns, "entry": "x"}, &e); code != 403 || !strings.Contains(e.Error, "--allow-release") {
 		t.Errorf("POST /api/release = %d %q; want 403 naming --allow-release", code, e.Error)

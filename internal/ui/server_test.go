@@ -11,18 +11,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/lanes-dev/lanes/integration/chaos"
 	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/internal/ui"
 	"github.com/lanes-dev/lanes/lanes"
@@ -339,83 +338,15 @@ func TestEventsFollowChangesRealRedis(t *testing.T) {
 	ev.until(t, "lock:file:/a is gone", func(f ui.Frame) bool { return findKey(f, "lock:file:/a") == nil })
 }
 
-// proxy forwards TCP connections to a Redis server until cut, and refuses
-// them (accepts and closes) while cut.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	down   bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) accept() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		up, err := net.DialTimeout("tcp", p.target, time.Second)
-		if err != nil {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.conns = append(p.conns, c, up)
-		p.mu.Unlock()
-		p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
-		p.wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
-	}
-}
-
-// cut closes every forwarded connection and refuses new ones.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *proxy) restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = false
-}
-
 func TestEventsSayRedisIsGoneAndBackRealRedis(t *testing.T) {
 	b, s := realRedis(t) // the session holds through Redis directly
 	opt, err := redis.ParseURL(redistest.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(t, opt.Addr)
-	opt.Addr, opt.MaxRetries, opt.DialTimeout, opt.ReadTimeout = p.ln.Addr().String(), -1, 200*time.Millisecond, 500*time.Millisecond
+	redisAddr := opt.Addr
+	p := chaos.StartProxy(t, redisAddr, 1)
+	opt.Addr, opt.MaxRetries, opt.DialTimeout, opt.ReadTimeout = p.Addr(), -1, 200*time.Millisecond, 500*time.Millisecond
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })
 	viaProxy, err := redislane.New(c, b.Namespace())
@@ -429,7 +360,8 @@ func TestEventsSayRedisIsGoneAndBackRealRedis(t *testing.T) {
 	ev := openEvents(t, ts, "")
 	ev.until(t, "report is held", func(f ui.Frame) bool { return findKey(f, "report") != nil })
 
-	p.cut()
+	p.SetUpstream("127.0.0.1:1") // nothing listens there: Redis is gone
+	p.CutAll()
 	f := ev.until(t, "the outage shows", func(f ui.Frame) bool { return !f.Namespaces[0].OK })
 	n := f.Namespaces[0]
 	if !strings.HasPrefix(n.Error, "cannot reach Redis: ") || n.OutageSince == "" || n.SeenAt == "" || findKey(f, "report") == nil {
@@ -440,7 +372,7 @@ func TestEventsSayRedisIsGoneAndBackRealRedis(t *testing.T) {
 		t.Errorf("GET /api/state during the outage = %d, ok %v; want 200 and not ok", code, st.Namespaces[0].OK)
 	}
 
-	p.restore()
+	p.SetUpstream(redisAddr)
 	f = ev.until(t, "the outage ends", func(f ui.Frame) bool { return f.Namespaces[0].OK })
 	if n := f.Namespaces[0]; n.Error != "" || n.OutageSince != "" || findKey(f, "report") == nil {
 		t.Errorf("frame after the outage = %+v; want no error and report still held", n)
