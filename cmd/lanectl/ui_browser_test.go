@@ -94,7 +94,7 @@ func jsString(s string) string {
 // becomes the holder's; the key's timeline draws both holds, the first
 // before the second, and the second's wait beside the first's hold; the
 // force release asks, names the entry and its owner, and ends the second
-// lock's lease; when Redis goes away (the UI reaches it through a proxy)
+// lock's lease; an ended lender is marked; when Redis goes away (the UI reaches it through a proxy)
 // the page says so, and recovers. A key and a tool name made of HTML show
 // as text. The screenshots go to docs/ with -ui-screenshots.
 func TestUIBrowserRealRedis(t *testing.T) {
@@ -168,6 +168,31 @@ func TestUIBrowserRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.waitUntil(t, "the HTML key leaves the page", `!(`+xssCard+`)`, `document.body.innerText`)
+
+	// A lender whose hold ended while its nested borrower (another
+	// process, raw steps: nobody releases it) holds keeps its slot: marked.
+	sub := []lanes.Lane{{Key: "concurrency:subagent", Limit: 1}}
+	for _, step := range []struct {
+		o   lanes.Owner
+		req lanes.Request
+	}{
+		{lanes.Owner{ID: "ui-test-agent", Host: "agent-host", PID: 11}, lanes.Request{ID: "agent-outer", Tool: "agent", Lanes: sub}},
+		{lanes.Owner{ID: "ui-test-sub", Host: "agent-host", PID: 12}, lanes.Request{ID: "agent-inner", Tool: "subagent", Lineage: []string{"agent-outer"}, Lanes: sub}},
+	} {
+		if st, err := s.b.Enqueue(ctx, step.o, time.Minute, []lanes.Request{step.req}); err != nil || st[0].State != lanes.Held {
+			t.Fatalf("Enqueue(%s) = %+v, %v; want held", step.req.ID, st, err)
+		}
+	}
+	if _, err := s.b.Release(ctx, "ui-test-agent", []string{"agent-outer"}); err != nil {
+		t.Fatal(err)
+	}
+	ended := `document.querySelector("tr[data-entry='agent-outer']")`
+	p.waitUntil(t, "the page marks the ended lender", ended+` && `+ended+`.dataset.ended === "true" && `+ended+`.querySelector(".badge.ended").textContent === "slot kept"`,
+		`document.body.innerText`)
+	if _, err := s.b.Release(ctx, "", []string{"agent-outer"}); err != nil { // an operator's: its borrower goes too
+		t.Fatal(err)
+	}
+	p.waitUntil(t, "the ended lender leaves the page", `!`+ended, `document.body.innerText`)
 
 	// One holder, one waiter; then the waiter's row becomes the holder's.
 	p.waitUntil(t, "the page shows the first lock holding and the second waiting",

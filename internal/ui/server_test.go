@@ -612,3 +612,41 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestEndedHolderKeepsItsSlotRealRedis: a lender released while its nested
+// borrower (another process) holds through it ends but keeps its slot
+// (DESIGN.md invariant 10); the view marks it ended. Raw backend steps, on
+// real Redis: no Session releases the revoked borrower. (Borrowers take no
+// slot and are not listed as holders.)
+func TestEndedHolderKeepsItsSlotRealRedis(t *testing.T) {
+	b, _ := realRedis(t)
+	ts, _ := serve(t, ui.Config{Sources: []ui.Source{{Namespace: b.Namespace(), Lanes: b}}})
+	ctx := context.Background()
+	owner := lanes.Owner{ID: "ui-test-owner", Host: "ui-test-host", PID: 9}
+	nested := lanes.Owner{ID: "ui-test-nested", Host: "ui-test-host", PID: 10}
+	lane := []lanes.Lane{{Key: "concurrency:subagent", Limit: 1}}
+	for _, step := range []struct {
+		o   lanes.Owner
+		req lanes.Request
+	}{
+		{owner, lanes.Request{ID: "outer", Tool: "agent", Lanes: lane}},
+		{nested, lanes.Request{ID: "inner", Tool: "subagent", Lineage: []string{"outer"}, Lanes: lane}},
+	} {
+		st, err := b.Enqueue(ctx, step.o, time.Minute, []lanes.Request{step.req})
+		if err != nil || st[0].State != lanes.Held {
+			t.Fatalf("Enqueue(%s) = %+v, %v; want held", step.req.ID, st, err)
+		}
+	}
+	t.Cleanup(func() { _, _ = b.Release(context.Background(), "", []string{"outer"}) }) // takes its borrowers too
+	stateUntil(t, ts, "", "outer holds", func(f ui.Frame) bool {
+		k := findKey(f, "concurrency:subagent")
+		return k != nil && len(k.Holders) == 1 && !k.Holders[0].Ended
+	})
+	if _, err := b.Release(ctx, owner.ID, []string{"outer"}); err != nil {
+		t.Fatal(err)
+	}
+	stateUntil(t, ts, "", "outer ended, its slot kept", func(f ui.Frame) bool {
+		k := findKey(f, "concurrency:subagent")
+		return k != nil && len(k.Holders) == 1 && k.Holders[0].Entry == "outer" && k.Holders[0].Ended
+	})
+}

@@ -59,24 +59,25 @@ type KeyView struct {
 
 // HolderView is a holder of a key, with the fields of `lanectl status
 // --json` and more: the Redis clock's grant and expiry, the longest lease
-// left seen (about the lease's TTL: the full width of its bar), whether its
-// hold ended (lanes.Holder.Ended) and the holder it borrows the key from.
+// left seen (about the lease's TTL: the full width of its bar), and whether
+// its hold ended while it keeps its slot (lanes.Holder.Ended: a lender kept
+// until the nested borrowers it revoked are told, or such a revoked
+// borrower).
 type HolderView struct {
-	Entry        string   `json:"entry"`
-	Token        uint64   `json:"token"`
-	Host         string   `json:"host"`
-	PID          int      `json:"pid"`
-	Tool         string   `json:"tool"`
-	CallID       string   `json:"call_id"`
-	Tenant       string   `json:"tenant"`
-	HeldMS       int64    `json:"held_ms"`
-	LeaseLeftMS  int64    `json:"lease_left_ms"`
-	LeaseMS      int64    `json:"lease_ms"`
-	Granted      string   `json:"granted"`
-	Expires      string   `json:"expires"`
-	Ended        bool     `json:"ended"`
-	BorrowedFrom string   `json:"borrowed_from,omitempty"`
-	Keys         []string `json:"keys"` // every key the entry asked for
+	Entry       string   `json:"entry"`
+	Token       uint64   `json:"token"`
+	Host        string   `json:"host"`
+	PID         int      `json:"pid"`
+	Tool        string   `json:"tool"`
+	CallID      string   `json:"call_id"`
+	Tenant      string   `json:"tenant"`
+	HeldMS      int64    `json:"held_ms"`
+	LeaseLeftMS int64    `json:"lease_left_ms"`
+	LeaseMS     int64    `json:"lease_ms"`
+	Granted     string   `json:"granted"`
+	Expires     string   `json:"expires"`
+	Ended       bool     `json:"ended"`
+	Keys        []string `json:"keys"` // every key the entry asked for
 }
 
 // WaiterView is a waiter of a key, with the fields of `lanectl status
@@ -209,7 +210,7 @@ func buildKeys(snap *lanes.Snapshot, leaseMax func(key, entry string) int64) []K
 				HeldMS: since(snap.Time, h.Granted), LeaseLeftMS: left,
 				LeaseMS: max(left, leaseMax(k.Key, h.ID)),
 				Granted: jsonTime(h.Granted), Expires: jsonTime(h.Expires),
-				Ended: h.Ended, BorrowedFrom: lender(k, h), Keys: entryKeys(h.Entry, k.Key),
+				Ended: h.Ended, Keys: entryKeys(h.Entry, k.Key),
 			})
 		}
 		for _, w := range k.Waiters {
@@ -226,19 +227,6 @@ func buildKeys(snap *lanes.Snapshot, leaseMax func(key, entry string) int64) []K
 		return cmp.Or(cmp.Compare(len(b.Waiters), len(a.Waiters)), cmp.Compare(len(b.Holders), len(a.Holders)), cmp.Compare(a.Key, b.Key))
 	})
 	return keys
-}
-
-// lender returns the holder of k that h borrows k from (re-entry along the
-// lineage: DESIGN.md invariant 10), the nearest in h's lineage, or "".
-func lender(k lanes.KeyState, h lanes.Holder) string {
-	for _, id := range slices.Backward(h.Lineage) {
-		for _, o := range k.Holders {
-			if o.ID == id && o.ID != h.ID {
-				return id
-			}
-		}
-	}
-	return ""
 }
 
 // entryKeys returns the keys e asked for, in its request's order, or key

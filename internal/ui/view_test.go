@@ -90,19 +90,14 @@ func TestBuildKeysBusiestFirst(t *testing.T) {
 	}
 }
 
-func TestBuildKeysNamesTheLenderOfANestedHolder(t *testing.T) {
-	outer := holder(entry("outer", 0, "k"), 7, 0, 5000)
-	inner := holder(entry("inner", 10, "k"), 7, 10, 5000)
-	inner.Lineage = []string{"outer"}
-	inner.Ended = true
-	keys := buildKeys(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{outer, inner}}),
-		func(string, string) int64 { return 0 })
-	h := keys[0].Holders
-	if h[0].BorrowedFrom != "" || h[1].BorrowedFrom != "outer" || !h[1].Ended || h[0].Ended {
-		t.Errorf("holders = %+v; want inner, ended, borrowing from outer", h)
-	}
-	if h[0].HeldMS != 100 || h[0].LeaseLeftMS != 4900 || h[0].LeaseMS != 4900 {
-		t.Errorf("outer held %dms, lease left %dms of %dms; want 100, 4900, 4900 (Redis clock)", h[0].HeldMS, h[0].LeaseLeftMS, h[0].LeaseMS)
+func TestBuildKeysMeasuresOnTheRedisClock(t *testing.T) {
+	kept := holder(entry("kept", 0, "k"), 7, 0, 5000)
+	kept.Ended = true
+	keys := buildKeys(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{kept}}),
+		func(string, string) int64 { return 9000 })
+	h := keys[0].Holders[0]
+	if !h.Ended || h.HeldMS != 100 || h.LeaseLeftMS != 4900 || h.LeaseMS != 9000 || h.Granted != "2026-01-02T03:04:05.000Z" {
+		t.Errorf("holder = %+v; want ended, held 100ms, 4900ms left of the 9000ms seen, granted at t0 (Redis clock)", h)
 	}
 }
 

@@ -241,17 +241,18 @@
   }
 
   function holderRow(n, k, h) {
-    let state = 'held';
-    let note = '';
+    // An ended holder (lanes.Holder.Ended) is gone to its owner but keeps
+    // its slot: a lender whose hold ended while nested borrowers held a
+    // key through it, kept until each is released or expires, or such a
+    // revoked borrower. The key passes on only after that.
+    const stateCell = el('td', { class: 'state' }, h.ended ? 'ended' : 'held');
     if (h.ended) {
-      state = 'ended';
-      note = h.borrowed_from
-        ? 'revoked: the lease it borrowed from (' + clean(h.borrowed_from) + ') ended; kept until its owner is told'
-        : 'its hold ended; it keeps its slot until its revoked borrowers are released or expire';
+      stateCell.append(' ', el('span', {
+        class: 'badge ended', text: 'slot kept',
+        title: 'Its hold ended (released, expired, or revoked with the lease it borrowed from) while nested borrowers held through it: ' +
+          'it keeps its slot until they are released or expire, so that the key passes on only after they were told.',
+      }));
     }
-    const stateCell = el('td', { class: 'state' }, state);
-    if (note) stateCell.append(' ', el('span', { class: 'badge ended', title: note, text: h.borrowed_from ? 'revoked' : 'kept for borrowers' }));
-    else if (h.borrowed_from) stateCell.append(' ', el('span', { class: 'badge', title: 'borrows the slot of ' + clean(h.borrowed_from) + ' (nested)', text: 'nested' }));
     const left = el('span', { class: 'left' });
     const bar = el('span', { class: 'bar' }, el('i'));
     const base = n.age_ms || 0;
