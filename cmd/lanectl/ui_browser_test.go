@@ -96,7 +96,7 @@ func jsString(s string) string {
 // force release asks, names the entry and its owner, and ends the second
 // lock's lease; an ended lender is marked; when Redis goes away (the UI reaches it through a proxy)
 // the page says so, and recovers. A key and a tool name made of HTML show
-// as text. The screenshots go to docs/ with -ui-screenshots.
+// as text. A lanectl ui with a token makes the page ask for it. The screenshots go to docs/ with -ui-screenshots.
 func TestUIBrowserRealRedis(t *testing.T) {
 	bin := chromiumBinary()
 	if bin == "" {
@@ -275,6 +275,30 @@ func TestUIBrowserRealRedis(t *testing.T) {
 	proxy.SetUpstream(opt.Addr)
 	p.waitUntil(t, "the page is live again", `document.getElementById("conn").dataset.conn === "live" && document.querySelector("#banners .banner") === null`,
 		`document.getElementById("conn").textContent + " | " + document.getElementById("banners").textContent`)
+
+	// A lanectl ui with a token: the page asks for it, then shows the
+	// keys; the session cookie is out of the page's reach (HttpOnly).
+	const token = "browser-test-token-0123456789"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tokenFile, token, 0o600)
+	guarded, gurl := startUI(t, s, s.url, "--token-file", tokenFile)
+	if err := p.navigate(ctx, gurl); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil(t, "the page asks for the token", `!document.getElementById("login").hidden && document.getElementById("filters").hidden`, `document.body.innerText`)
+	if err := p.eval(ctx, `document.getElementById("token").value = "wrong-token-0123456789"; document.getElementById("login-form").requestSubmit()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil(t, "a wrong token is refused", `document.getElementById("login-error").textContent === "wrong token"`, `document.getElementById("login-error").textContent`)
+	if err := p.eval(ctx, `document.getElementById("token").value = `+jsString(token)+`; document.getElementById("login-form").requestSubmit()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.waitUntil(t, "the page shows the keys after the token", `document.getElementById("login").hidden && document.getElementById("conn").dataset.conn === "live" && document.querySelector("article.key") !== null && document.cookie === ""`,
+		`document.getElementById("conn").textContent + " | cookie: " + document.cookie + " | " + document.body.innerText`)
+	guarded.signal(t, syscall.SIGTERM)
+	if code := guarded.wait(t); code != 0 || strings.Contains(guarded.stdout.String()+guarded.stderr.String(), token) {
+		t.Errorf("lanectl ui with a token exited %d; stdout %q, stderr %q; want 0 and no token", code, guarded.stdout, guarded.stderr)
+	}
 
 	if log := p.b.consoleLog(); len(log) > 0 {
 		t.Errorf("the page logged: %q", log)

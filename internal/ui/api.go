@@ -33,13 +33,14 @@ func (s *Server) state(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.frame(f))
 }
 
-// keepAlive is how often an idle event stream gets a comment, so that
-// proxies and the browser keep it open.
-const keepAlive = 15 * time.Second
+// refresh is how often an event stream gets the frame again when nothing
+// changed: it sets the moving times (lease left, renewed by heartbeats,
+// which are no change) right, and keeps proxies from closing the stream.
+const refresh = 2 * time.Second
 
 // events answers GET /api/events: a stream of server-sent events, "state"
-// with the Frame (filtered by the query) at once and after each change,
-// until the client leaves or the Server stops.
+// with the Frame (filtered by the query) at once, after each change, and
+// every refresh, until the client leaves or the Server stops.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	f, ok := s.filter(w, r)
 	if !ok {
@@ -54,13 +55,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if _, err := fmt.Fprint(w, "retry: 2000\n\n"); err != nil {
 		return
 	}
-	tick := time.NewTicker(keepAlive)
+	tick := time.NewTicker(refresh)
 	defer tick.Stop()
 	var sent uint64
-	first := true
+	first, due := true, false
 	for {
 		v, changed := s.current()
-		if first || v != sent {
+		if first || due || v != sent {
 			b, err := json.Marshal(s.frame(f))
 			if err != nil {
 				return
@@ -68,7 +69,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			if _, err := fmt.Fprintf(w, "event: state\nid: %d\ndata: %s\n\n", v, b); err != nil {
 				return
 			}
-			first, sent = false, v
+			first, due, sent = false, false, v
 		}
 		if rc.Flush() != nil {
 			return
@@ -76,9 +77,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-changed:
 		case <-tick.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
+			due = true
 		case <-r.Context().Done():
 			return
 		case <-s.done:

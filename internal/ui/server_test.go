@@ -332,6 +332,13 @@ func TestEventsFollowChangesRealRedis(t *testing.T) {
 	if findKey(f, "tool:x") != nil {
 		t.Errorf("stream filtered by class=lock sent tool:x: %q", keyNames(f))
 	}
+	// A heartbeat's renewal is no change, but the stream sends the frame
+	// again every few seconds: the lease left comes back up.
+	expires := findKey(f, "lock:file:/a").Holders[0].Expires
+	ev.until(t, "the renewed lease comes in a later frame", func(f ui.Frame) bool {
+		k := findKey(f, "lock:file:/a")
+		return k != nil && len(k.Holders) == 1 && k.Holders[0].Expires > expires
+	})
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -83,13 +83,15 @@ func (w *watcher) lookOnce(ctx context.Context) {
 }
 
 // signature returns what a change is made of: the view without the times
-// that move on every look. Called with w.mu held.
+// that move on every look, nor a lease's renewal by a heartbeat (the event
+// streams send those every refresh). Called with w.mu held.
 func (w *watcher) signature() []byte {
 	keys := make([]KeyView, len(w.keys))
 	for i, k := range w.keys {
 		k.Holders = append([]HolderView(nil), k.Holders...)
 		for j := range k.Holders {
-			k.Holders[j].HeldMS, k.Holders[j].LeaseLeftMS = 0, 0
+			h := &k.Holders[j]
+			h.HeldMS, h.LeaseLeftMS, h.LeaseMS, h.Expires = 0, 0, 0, ""
 		}
 		k.Waiters = append([]WaiterView(nil), k.Waiters...)
 		for j := range k.Waiters {
