@@ -329,9 +329,10 @@
     } else {
       $('confirm-question').textContent = clean(p.question);
       $('confirm-ok').disabled = false;
-      if (p.next.length) {
-        next.replaceChildren('Then granted next: ', ...p.next.map((x, i) => el('span', { class: 'mono', 'data-next': x.entry },
-          (i ? ', ' : '') + clean(x.entry) + ' (' + owner(x.host, x.pid) + ', ' + clean(x.tool) + ', on ' + x.keys.map(clean).join(', ') + ')')));
+      const nexts = p.next || [];
+      if (nexts.length) {
+        next.replaceChildren('Then granted next: ', ...nexts.map((x, i) => el('span', { class: 'mono', 'data-next': x.entry },
+          (i ? ', ' : '') + clean(x.entry) + ' (' + owner(x.host, x.pid) + ', ' + clean(x.tool) + ', on ' + (x.keys || []).map(clean).join(', ') + ')')));
       } else {
         next.textContent = p.held ? 'Nobody waiting would be granted by it.' : 'A waiter: leaving the queue grants nobody.';
       }
@@ -346,8 +347,9 @@
     if (d.returnValue !== 'release' || !t) return;
     try {
       const r = await post('api/release', { namespace: t.ns, entry: t.entry });
-      toast('Released ' + clean(r.entry) + ' (was ' + r.was + ' on ' + r.keys.map(clean).join(', ') + ')' +
-        (r.granted.length ? '; granted next: ' + r.granted.map(clean).join(', ') : '; nobody granted'));
+      const granted = r.granted || [];
+      toast('Released ' + clean(r.entry) + ' (was ' + r.was + ' on ' + (r.keys || []).map(clean).join(', ') + ')' +
+        (granted.length ? '; granted next: ' + granted.map(clean).join(', ') : '; nobody granted'));
     } catch (e) {
       toast('Release of ' + clean(t.entry) + ' failed: ' + e.message);
     }
