@@ -191,11 +191,11 @@ func (t *telemetry) startHold(ctx context.Context, id string, tokens map[string]
 	if !t.tracer.On() {
 		return ctx, noSpan
 	}
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindInternal)}
+	var link trace.SpanStartOption = trace.WithLinks()
 	if wait != nil && wait.SpanContext().IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: wait.SpanContext()}))
+		link = trace.WithLinks(trace.Link{SpanContext: wait.SpanContext()})
 	}
-	ctx, span := t.tracer.Start(ctx, "lanes.hold", opts...)
+	ctx, span := t.tracer.Start(ctx, "lanes.hold", trace.WithSpanKind(trace.SpanKindInternal), link)
 	if span.IsRecording() {
 		span.SetAttributes(t.nsAttr, AttrEntry.String(id), AttrTokens.String(tokenList(tokens)))
 	}
