@@ -99,8 +99,10 @@ type telemetry struct {
 	waitDur, holdDur, handoff             metric.Float64Histogram
 	grants, lost, beatFails, polls, evict metric.Int64Counter
 
-	outcomes [outcomeCount]metric.MeasurementOption // namespace and outcome
-	nsOnly   metric.MeasurementOption               // namespace
+	// The options of each measurement, as slices made once: passed with
+	// "...", they cost no allocation per measurement.
+	outcomes [outcomeCount][]metric.RecordOption // namespace and outcome
+	nsOnly   []metric.AddOption                  // namespace
 }
 
 // outcome is how a wait or a hold ended, as metrics record it.
@@ -127,9 +129,9 @@ func newTelemetry(b Backend) telemetry {
 // an alert on increase() sees the first event.
 func (t *telemetry) instruments() {
 	for o := range outcomeCount {
-		t.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(t.nsAttr, AttrOutcome.String(outcomeNames[o])))
+		t.outcomes[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(t.nsAttr, AttrOutcome.String(outcomeNames[o])))}
 	}
-	t.nsOnly = metric.WithAttributeSet(attribute.NewSet(t.nsAttr))
+	t.nsOnly = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.nsAttr))}
 	m := t.meter
 	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
 	t.waitDur, _ = m.Float64Histogram("lanes.wait.duration", metric.WithUnit("s"), buckets,
@@ -150,7 +152,7 @@ func (t *telemetry) instruments() {
 		metric.WithDescription("Waiting entries of this process that the backend evicted"))
 	if m.On() {
 		for _, c := range []metric.Int64Counter{t.grants, t.lost, t.beatFails, t.polls, t.evict} {
-			c.Add(context.Background(), 0, t.nsOnly)
+			c.Add(context.Background(), 0, t.nsOnly...)
 		}
 	}
 }
@@ -158,12 +160,15 @@ func (t *telemetry) instruments() {
 // noSpan stands for the spans not started while nothing receives them.
 var noSpan = trace.SpanFromContext(context.Background())
 
+// internal is the kind of lanes' own spans, made once.
+var internal = trace.WithSpanKind(trace.SpanKindInternal)
+
 // startWait starts the span of r's wait, a child of ctx's span.
 func (t *telemetry) startWait(ctx context.Context, r Request) trace.Span {
 	if !t.tracer.On() {
 		return noSpan
 	}
-	_, span := t.tracer.Start(ctx, "lanes.wait", trace.WithSpanKind(trace.SpanKindInternal))
+	_, span := t.tracer.Start(ctx, "lanes.wait", internal)
 	if span.IsRecording() {
 		span.SetAttributes(requestAttrs(r, t.nsAttr)...)
 	}
@@ -191,15 +196,20 @@ func (t *telemetry) startHold(ctx context.Context, id string, tokens map[string]
 	if !t.tracer.On() {
 		return ctx, noSpan
 	}
-	var link trace.SpanStartOption = trace.WithLinks()
-	if wait != nil && wait.SpanContext().IsValid() {
-		link = trace.WithLinks(trace.Link{SpanContext: wait.SpanContext()})
+	if wait == nil || !wait.SpanContext().IsValid() {
+		ctx, span := t.tracer.Start(ctx, "lanes.hold", internal)
+		return ctx, t.holdAttrs(span, id, tokens)
 	}
-	ctx, span := t.tracer.Start(ctx, "lanes.hold", trace.WithSpanKind(trace.SpanKindInternal), link)
+	ctx, span := t.tracer.Start(ctx, "lanes.hold", internal, trace.WithLinks(trace.Link{SpanContext: wait.SpanContext()}))
+	return ctx, t.holdAttrs(span, id, tokens)
+}
+
+// holdAttrs sets the attributes of a lease's span, when it records.
+func (t *telemetry) holdAttrs(span trace.Span, id string, tokens map[string]uint64) trace.Span {
 	if span.IsRecording() {
 		span.SetAttributes(t.nsAttr, AttrEntry.String(id), AttrTokens.String(tokenList(tokens)))
 	}
-	return ctx, span
+	return span
 }
 
 func requestAttrs(r Request, ns attribute.KeyValue) []attribute.KeyValue {
@@ -285,13 +295,13 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 // receives metrics.
 func (t *telemetry) record(h metric.Float64Histogram, v float64, o outcome) {
 	if t.meter.On() {
-		h.Record(context.Background(), v, t.outcomes[o])
+		h.Record(context.Background(), v, t.outcomes[o]...)
 	}
 }
 
 // count adds one to c with the namespace, when anything receives metrics.
 func (t *telemetry) count(c metric.Int64Counter) {
 	if t.meter.On() {
-		c.Add(context.Background(), 1, t.nsOnly)
+		c.Add(context.Background(), 1, t.nsOnly...)
 	}
 }
