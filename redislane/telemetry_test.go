@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -255,5 +256,44 @@ func TestRealRedisBesideRedisotel(t *testing.T) {
 				t.Errorf("unfiltered: redisotel traced no step (%v); the test shows nothing", theirs)
 			}
 		})
+	}
+}
+
+// On a cluster client, a step's span names the node that owns the
+// namespace's slot. miniredis fakes a one-node cluster (every slot its
+// own), so the node is its address; it has no Functions: EVALSHA.
+func TestClusterStepSpanNamesItsNode(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
+	defer c.Close()
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	b, err := redislane.New(c, "cluster", redislane.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := lanes.NewSession(context.Background(), b, lanes.WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Acquire(context.Background(), lanes.Request{Lanes: []lanes.Lane{{Key: "gpu", Limit: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(m.Addr(), ":")
+	found := false
+	for _, sp := range spans.GetSpans() {
+		if spanAttr(sp, "lanes.script") != "enqueue" {
+			continue
+		}
+		found = true
+		if sp.Name != "EVALSHA" || spanAttr(sp, "server.address") != host || spanAttr(sp, "server.port") != port || spanAttr(sp, "db.namespace") != "0" {
+			t.Errorf("enqueue span %q with %v; want EVALSHA on %s:%s, database 0", sp.Name, sp.Attributes, host, port)
+		}
+	}
+	if !found {
+		t.Error("no span of the enqueue step")
 	}
 }
