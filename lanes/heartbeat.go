@@ -140,7 +140,7 @@ func (s *Session) grant(e *entry, tokens map[string]uint64, polled bool) {
 	if polled {
 		s.tel.count(s.tel.polls)
 	}
-	values, span := s.tel.startHold(e.ctx, e.id, tokens)
+	values, span := s.tel.startHold(e.ctx, e.id, tokens, e.span)
 	e.lease = newLease(s, e, tokens, values)
 	e.lease.span = span
 	close(e.ready)

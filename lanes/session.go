@@ -151,7 +151,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
-		tel:            newTelemetry(),
+		tel:            newTelemetry(b),
 	}
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -237,9 +237,10 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		return tickets, err
 	}
 	sent := tickets[0].e.queued
-	var inBackend []string // ids that may be in the backend
+	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
+	var inBackend []string                  // ids that may be in the backend
 	for piece := range slices.Chunk(send, enqueuePiece) {
-		sts, err := s.send(ctx, piece, sent)
+		sts, err := s.send(step, piece, sent)
 		var inv *InvalidError
 		if err == nil || !(errors.As(err, &inv) || errors.Is(err, ErrLimitMismatch)) {
 			// Only a step refused whole surely changed nothing.

@@ -26,8 +26,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanes-dev/lanes/internal/otelx"
@@ -529,13 +527,9 @@ func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, key
 	if !b.tracer.On() {
 		return b.runRetry(ctx, s, name, keys, args)
 	}
-	ctx, span := b.tracer.Start(ctx, "lanes.redis "+name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrDBSystem, attrDBOperation, attrNamespace.String(b.ns), attrScript.String(name)))
-	defer span.End()
+	ctx, span, cmd := b.startSpan(ctx, name, keys)
 	v, err := b.runRetry(ctx, s, name, keys, args)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
+	b.endSpan(span, cmd, err)
 	return v, err
 }
 
@@ -608,16 +602,14 @@ func notRun(err error) bool {
 	return strings.HasPrefix(msg, "BUSY ") || strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "LOADING ")
 }
 
-// Attributes of the script spans.
-var (
-	attrDBSystem    = attribute.String("db.system.name", "redis")
-	attrDBOperation = attribute.String("db.operation.name", "EVALSHA")
-	attrNamespace   = attribute.Key("lanes.namespace")
-	attrScript      = attribute.Key("lanes.script")
-)
-
-// WithTracerProvider sets where the Backend's spans go, one per script run
-// ("lanes.redis enqueue"...); default the global provider.
+// WithTracerProvider sets where the Backend's spans go: one client span
+// per step, named after the command that runs it (FCALL, or EVALSHA where
+// the server has no Functions), a child of the caller's span (an Enqueue
+// step's is a child of its lanes.wait), with db.system.name,
+// db.operation.name, db.namespace (the database index), server.address,
+// server.port, lanes.namespace and lanes.script (enqueue, heartbeat...),
+// and error.type when it fails. Default the global provider. Beside
+// go-redis's redisotel, see IsCommand.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(b *Backend) error {
 		b.tracer = otelx.NewTracer(tp, lanes.ScopeName)

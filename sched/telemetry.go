@@ -17,8 +17,10 @@ type Option func(*Scheduler)
 
 // WithTracerProvider sets where the scheduler's spans go: one "lanes.batch"
 // span per Run, and one "execute_tool {tool}" span per execution, a child
-// of its lease's "lanes.hold" span. Default: the global provider; until one
-// is set, the scheduler spends nothing on spans.
+// of its lease's "lanes.hold" span, each with lanes.namespace (the
+// session's) and, for an execution that did not end ok, error.type (its
+// Status). Default: the global provider; until one is set, the scheduler
+// spends nothing on spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(s *Scheduler) { s.tracer = otelx.NewTracer(tp, lanes.ScopeName) }
 }
@@ -29,6 +31,7 @@ const (
 	attrRunID         = attribute.Key("lanes.run_id")
 	attrCalls         = attribute.Key("lanes.calls")
 	attrOperation     = attribute.Key("lanes.operation")
+	attrErrorType     = attribute.Key("error.type")
 )
 
 // startBatch starts the span of one Run.
@@ -38,7 +41,7 @@ func (s *Scheduler) startBatch(ctx context.Context, calls []Call, o Options) (co
 	}
 	ctx, span := s.tracer.Start(ctx, "lanes.batch")
 	if span.IsRecording() {
-		span.SetAttributes(attrRunID.String(o.RunID), attrCalls.Int(len(calls)))
+		span.SetAttributes(lanes.AttrNamespace.String(s.session.Namespace()), attrRunID.String(o.RunID), attrCalls.Int(len(calls)))
 		if o.Tenant != "" {
 			span.SetAttributes(lanes.AttrTenant.String(o.Tenant))
 		}
@@ -54,7 +57,8 @@ func (s *Scheduler) startTool(ctx, hold context.Context, c Call, op int) (contex
 	ctx = trace.ContextWithSpan(ctx, trace.SpanFromContext(hold))
 	ctx, span := s.tracer.Start(ctx, "execute_tool "+c.Tool)
 	if span.IsRecording() {
-		span.SetAttributes(attrOperationName.String("execute_tool"), lanes.AttrToolName.String(c.Tool),
+		span.SetAttributes(lanes.AttrNamespace.String(s.session.Namespace()),
+			attrOperationName.String("execute_tool"), lanes.AttrToolName.String(c.Tool),
 			lanes.AttrCallID.String(c.ID), attrOperation.Int(op))
 	}
 	return ctx, span
@@ -75,6 +79,7 @@ func endTool(span trace.Span, o Outcome) {
 			if o.Err != nil {
 				msg = o.Err.Error()
 			}
+			span.SetAttributes(attrErrorType.String(string(o.Status)))
 			span.SetStatus(codes.Error, msg)
 		}
 	}

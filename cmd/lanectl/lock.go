@@ -338,7 +338,7 @@ func (o *lockOptions) keyList() string { return strings.Join(o.keys, ", ") }
 func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease *lanes.Lease) error {
 	child := exec.Command(o.argv[0], o.argv[1:]...)
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	child.Env = childEnv(os.Environ(), lease, o.keys, o.lineage, o.global.namespace)
+	child.Env = laneenv.WithTrace(lease.Context(), childEnv(os.Environ(), lease, o.keys, o.lineage, o.global.namespace))
 	child.WaitDelay = time.Second // output copying, when stdout is not a file
 	c, err := supervise.Start(child, !isTerminal(child.Stdin))
 	if err != nil {

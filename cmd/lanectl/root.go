@@ -37,6 +37,8 @@ type globalOptions struct {
 	caFile, caFileFrom string
 
 	getenv func(string) string
+	// telemetry is what the OTEL_* variables set up (otel.go).
+	telemetry *telemetry
 	// terminal reports whether its argument (stdin, stdout) is a terminal;
 	// nil means isTerminal. Tests replace it.
 	terminal func(any) bool
@@ -212,7 +214,9 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return nil },
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			return g.resolve(cmd.Flags())
+			err := g.resolve(cmd.Flags())
+			g.telemetry.command(cmd, g.namespace)
+			return err
 		},
 	}
 	root.Version = buildVersion()
@@ -259,6 +263,7 @@ func run(ctx context.Context, relay *signalRelay, args []string, stdin io.Reader
 
 // runWith is run on the global options g, which tests prepare.
 func runWith(ctx context.Context, g *globalOptions, relay *signalRelay, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, g.telemetry = startTelemetry(ctx, g.getenv, stderr)
 	root := newRootCommand(g, relay)
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -267,6 +272,7 @@ func runWith(ctx context.Context, g *globalOptions, relay *signalRelay, args []s
 	addCompletion(root)
 	cmd, err := root.ExecuteContextC(ctx)
 	code := exitCode(err)
+	g.telemetry.end(err, code)
 	if err == nil {
 		return code
 	}

@@ -120,7 +120,7 @@ func (o *uiOptions) run(cmd *cobra.Command) error {
 	ctx := cmd.Context()
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
-		return fmt.Errorf("ui cannot listen on %s: %w", o.addr, err)
+		return &exitError{code: exitCannotListen, err: fmt.Errorf("ui cannot listen on %s: %w", o.addr, err)}
 	}
 	defer ln.Close()
 	if tcp, ok := ln.Addr().(*net.TCPAddr); o.token == "" && (!ok || !tcp.IP.IsLoopback()) {

@@ -22,6 +22,7 @@ type watchOptions struct {
 	interval time.Duration
 	expiring time.Duration
 	old      time.Duration
+	metrics  metricsOptions
 }
 
 // minWatchInterval bounds how often watch runs inspect.lua.
@@ -41,6 +42,14 @@ Otherwise it prints a new table each time holders, waiters, positions or
 tokens change (the moving times alone are no change), tables separated by a
 blank line. With --json it prints one line per change: the JSON of
 "lanectl status --json" plus "time", the Redis clock.
+
+With --metrics-addr ADDR, watch also serves the namespace's metrics to
+Prometheus at http://ADDR/metrics: holders, waiters and the longest wait per
+class of key (tenant, tool, concurrency, file, lock, run, other), per key
+only for the keys --metrics-key names (or $LANES_METRICS_KEYS), and the
+counts of expired leases and evicted waiters; every series carries
+lanes_namespace. When OTEL_METRICS_EXPORTER names an exporter, they go
+there too.
 
 If Redis cannot be reached at the start, watch exits 69 (77 if it refuses
 the credentials). If it is lost later, watch says so (with --json, one
@@ -70,6 +79,8 @@ the credentials). If it is lost later, watch says so (with --json, one
 	f.DurationVar(&o.interval, "interval", 500*time.Millisecond, "how often to look")
 	f.DurationVar(&o.expiring, "expiring", 2*time.Second, "highlight leases with less than this left")
 	f.DurationVar(&o.old, "old", 30*time.Second, "highlight waiters that have waited this long or longer")
+	f.StringVar(&o.metrics.addr, "metrics-addr", "", "serve the namespace's metrics to Prometheus at http://ADDR/metrics (e.g. :9464)")
+	f.StringArrayVar(&o.metrics.keys, "metrics-key", nil, "report this key by name in the metrics, not only its class; a trailing * matches a prefix (default $"+metricsKeysEnv+", comma-separated)")
 	return cmd
 }
 
@@ -97,6 +108,11 @@ func (o *watchOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer closeBackend()
+	stopMetrics, err := o.serveMetrics(ctx, b, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	out := cmd.OutOrStdout()
 	var d watchDisplay

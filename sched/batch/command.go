@@ -270,7 +270,8 @@ func readOutput(ctx context.Context, copied <-chan struct{}, pipes ...*os.File) 
 }
 
 // environ returns base with the LANES_* variables of inv, and of ctx's
-// lineage and namespace, in place of any inherited ones.
+// lineage and namespace, and ctx's trace context (TRACEPARENT: the
+// execute_tool span), in place of any inherited ones.
 func environ(ctx context.Context, base []string, inv sched.Invocation) []string {
 	ns, hasNS := ctx.Value(namespaceKey{}).(string)
 	env := make([]string, 0, len(base)+len(commandEnv)+1)
@@ -296,7 +297,7 @@ func environ(ctx context.Context, base []string, inv sched.Invocation) []string 
 	if hasNS {
 		env = append(env, laneenv.Namespace+"="+ns)
 	}
-	return env
+	return laneenv.WithTrace(ctx, env)
 }
 
 // startError says why the command did not start.
