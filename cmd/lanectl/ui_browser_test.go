@@ -312,4 +312,3 @@ func TestUIBrowserRealRedis(t *testing.T) {
 		t.Errorf("lanectl ui's stderr = %q; want it to say what the page released", ui.stderr)
 	}
 }
-
