@@ -15,8 +15,8 @@ import (
 func TestStaleGrantHintIsNotTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := NewMemory()
-	holder, err := NewSession(ctx, m)
+	m := &askedBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestStaleGrantHintIsNotTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewSession(ctx, m)
+	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +43,20 @@ func TestStaleGrantHintIsNotTaken(t *testing.T) {
 
 	s.hint([]Hint{{ID: "w", Seq: seq, Tokens: map[string]uint64{"K": 99}, Granted: time.Now()}})
 	s.mu.Lock()
-	took, asked := e.lease != nil, s.hinted["w"]
+	took := e.lease != nil
 	s.mu.Unlock()
 	if took {
 		t.Fatal("a grant hint past the waiter's local deadline was taken as a grant")
 	}
-	if !asked {
-		t.Fatal("a stale grant hint did not make the waiter ask the backend")
+	// It asks the backend instead: a Heartbeat step naming w (the
+	// Session's own interval is 20 s away).
+	for asked := false; !asked; {
+		select {
+		case id := <-m.asked:
+			asked = id == "w"
+		case <-ctx.Done():
+			t.Fatal("a stale grant hint did not make the waiter ask the backend")
+		}
 	}
 	// Within the deadline, the same hint is a grant.
 	s.mu.Lock()
@@ -62,4 +69,21 @@ func TestStaleGrantHintIsNotTaken(t *testing.T) {
 	}
 	_ = h.Release(ctx)
 	_ = l.Release(ctx)
+}
+
+// askedBackend is a Memory backend that reports every id a Heartbeat step
+// names.
+type askedBackend struct {
+	*Memory
+	asked chan string
+}
+
+func (b *askedBackend) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]Status, error) {
+	for _, id := range ids {
+		select {
+		case b.asked <- id:
+		default:
+		}
+	}
+	return b.Memory.Heartbeat(ctx, owner, ttl, ids)
 }
