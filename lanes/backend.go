@@ -29,9 +29,10 @@ type Backend interface {
 	// place, and its old owner is told. A request is refused alone, its
 	// Status carrying the error and nothing of it changed, when its ID
 	// exists with other lanes or lineage (*IDConflictError), another owner
-	// holds its ID (ErrNotHolder), its ID was settled since (ErrCanceled:
-	// a late copy of a step its owner gave up on), or it would close a
-	// lock cycle (*LockCycleError).
+	// holds its ID (ErrNotHolder), its ID was settled since or its entry
+	// ended (ErrIDRetired, which wraps ErrCanceled: a late copy of a step
+	// its owner gave up on), or it would close a lock cycle
+	// (*LockCycleError).
 	//
 	// Each entry's deadline is the backend's clock plus ttl (1ms to
 	// MaxTTL). The returned slice has one Status per request, in order;
@@ -59,7 +60,7 @@ type Backend interface {
 
 	// Settle removes owner's listed entries, as Release does, and keeps a
 	// tombstone of each id, present or not, for lifetime: an Enqueue of a
-	// tombstoned id meanwhile is refused (its Status carries ErrCanceled).
+	// tombstoned id meanwhile is refused (its Status carries ErrIDRetired).
 	// A Session settles the ids of a step whose reply it did not get, so
 	// that a copy of the step still in flight cannot bring them back after
 	// it gave up on them (the copy would hold its keys with nobody to

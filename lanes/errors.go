@@ -17,6 +17,14 @@ var (
 	// also wraps context.Canceled. The entry has left every queue.
 	ErrCanceled = errors.New("lanes: wait cancelled")
 
+	// ErrIDRetired is wrapped (with ErrCanceled) by the refusal of a request
+	// whose entry id cannot be used now: a Session settled it after a lost
+	// reply (its tombstone lives up to twice the TTL, so that a late copy
+	// of the step cannot bring it back), or its entry ended (revoked, or
+	// kept for revoked borrowers). Nothing was enqueued; the same request
+	// under a new id, or later, is fine.
+	ErrIDRetired = fmt.Errorf("%w: entry id retired", ErrCanceled)
+
 	// ErrWaitTimeout is returned by a wait whose context deadline passed before
 	// the grant. The error also wraps context.DeadlineExceeded. The entry has
 	// left every queue.

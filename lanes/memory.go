@@ -199,7 +199,7 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 		case !sameRequest(e, r):
 			return Status{ID: r.ID, State: Gone, Err: &IDConflictError{ID: r.ID}}
 		case e.ended():
-			return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s ended since this enqueue was sent (its lease was revoked, or released)", ErrCanceled, r.ID)}
+			return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s ended since this enqueue was sent (its lease was revoked, or released)", ErrIDRetired, r.ID)}
 		case e.Owner.ID != owner.ID && e.held:
 			return Status{ID: r.ID, State: Gone, Err: heldElsewhere(r.ID, e.Owner)}
 		case e.Owner.ID != owner.ID:
@@ -210,7 +210,7 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 		return m.status(e, true)
 	}
 	if t, ok := m.settled[r.ID]; ok && t.After(st.now) {
-		return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s was released before this enqueue arrived", ErrCanceled, r.ID)}
+		return Status{ID: r.ID, State: Gone, Err: fmt.Errorf("%w: entry %s was released before this enqueue arrived", ErrIDRetired, r.ID)}
 	}
 	e := &memEntry{
 		Entry: Entry{

@@ -85,7 +85,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			st.State, st.Err = lanes.Gone, &lanes.IDConflictError{ID: id}
 		case "t":
 			msg, _ := detail[0].(string)
-			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrCanceled, msg)
+			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrIDRetired, msg)
 		case "b":
 			msg, _ := detail[0].(string)
 			st.State, st.Err = lanes.Gone, &lanes.InvalidError{Field: "lineage", Detail: msg}

@@ -49,6 +49,9 @@ const (
 	// exitWaitTimeout (EX_TEMPFAIL): `lock --wait` ran out before the grant
 	// (lanes.ErrWaitTimeout), or `lock --try` could not be granted at once.
 	// Nothing is left queued. `lock --conflict-exit-code N` makes it N.
+	// Also an --id that cannot be used now (lanes.ErrIDRetired: settled
+	// after a lost reply, for up to twice the TTL): try later or with
+	// another id.
 	exitWaitTimeout = 75
 
 	// exitNoPerm (EX_NOPERM): Redis refused the credentials or the ACL user
@@ -142,7 +145,7 @@ func classify(err error) (int, string) {
 		code = exitConfig
 	case errors.Is(err, lanes.ErrUnavailable):
 		code = exitUnavailable
-	case errors.Is(err, lanes.ErrWaitTimeout):
+	case errors.Is(err, lanes.ErrWaitTimeout), errors.Is(err, lanes.ErrIDRetired):
 		code = exitWaitTimeout
 	case errors.Is(err, lanes.ErrLeaseLost):
 		code = exitLeaseLost
