@@ -37,6 +37,11 @@ type ServerOptions struct {
 	Cluster   bool     // --cluster-enabled yes
 	ReplicaOf string   // host:port of the master to replicate, or ""
 	Extra     []string // more arguments
+	// Config is the text of a config file written to the server's
+	// directory and given first (Sentinel rewrites its own), or "".
+	Config string
+	// Sentinel runs redis-server --sentinel (it needs a Config to rewrite).
+	Sentinel bool
 }
 
 // Server is a redis-server process on a loopback port that a test owns: it
@@ -83,9 +88,16 @@ func FreePort() (int, error) {
 }
 
 func (s *Server) args() []string {
-	a := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+	var a []string
+	if s.opts.Config != "" {
+		a = append(a, filepath.Join(s.Dir, "redis.conf"))
+		if s.opts.Sentinel {
+			a = append(a, "--sentinel")
+		}
+	}
+	a = append(a, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no",
-		"--logfile", filepath.Join(s.Dir, "redis.log")}
+		"--logfile", filepath.Join(s.Dir, "redis.log"))
 	if s.opts.AOF {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -104,6 +116,13 @@ func (s *Server) args() []string {
 
 // start runs redis-server and waits until it answers PING.
 func (s *Server) start() error {
+	conf := filepath.Join(s.Dir, "redis.conf")
+	if _, err := os.Stat(conf); s.opts.Config != "" && err != nil {
+		// Written once: a restarted Sentinel keeps what it rewrote.
+		if err := os.WriteFile(conf, []byte(s.opts.Config), 0o600); err != nil {
+			return err
+		}
+	}
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
