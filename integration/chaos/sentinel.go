@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,8 +28,10 @@ type Sentinel struct {
 func StartSentinel(tb testing.TB, name string) *Sentinel {
 	tb.Helper()
 	st := &Sentinel{Name: name}
-	st.Master = StartServer(tb, ServerOptions{})
-	st.Replica = StartServer(tb, ServerOptions{ReplicaOf: st.Master.Addr()})
+	// Either may be master: no delay before a replica's first sync.
+	fast := []string{"--repl-diskless-sync-delay", "0"}
+	st.Master = StartServer(tb, ServerOptions{Extra: fast})
+	st.Replica = StartServer(tb, ServerOptions{ReplicaOf: st.Master.Addr(), Extra: fast})
 	st.Sentinel = StartServer(tb, ServerOptions{Sentinel: true, Config: fmt.Sprintf(
 		"sentinel monitor %[1]s 127.0.0.1 %[2]d 1\n"+
 			"sentinel down-after-milliseconds %[1]s 2000\n"+
@@ -64,38 +67,43 @@ func (st *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 	return net.JoinHostPort(a[0], a[1]), nil
 }
 
-// Failover asks the Sentinel to promote the replica (SENTINEL FAILOVER),
-// and waits until the Sentinel names it as the master, it says it is one
-// (ROLE), and the old master replicates it in sync. Then Master and
-// Replica are swapped.
+// Failover asks the Sentinel to promote the replica (SENTINEL FAILOVER)
+// once it is in sync, waits until the Sentinel names it as the master and
+// it says it is one (ROLE), then makes the old master its replica
+// (REPLICAOF), as the Sentinel would at its next look at it, seconds
+// later: from then on, a client that writes to the old master is refused
+// (READONLY) and must turn to the new one. Master and Replica are then
+// swapped.
 func (st *Sentinel) Failover(ctx context.Context) error {
-	if err := WaitReplicaSynced(ctx, st.Master.Client(), st.Replica.Client()); err != nil {
+	mc, rc := st.Master.Client(), st.Replica.Client()
+	if err := WaitReplicaSynced(ctx, mc, rc); err != nil {
+		return fmt.Errorf("before the failover: %w", err)
+	}
+	if err := st.waitReplicaKnown(ctx, st.Replica.Addr()); err != nil {
 		return fmt.Errorf("before the failover: %w", err)
 	}
 	if err := st.sc.Failover(ctx, st.Name).Err(); err != nil {
 		return fmt.Errorf("SENTINEL FAILOVER %s: %w", st.Name, err)
 	}
-	newMaster, old := st.Replica, st.Master
-	nc, oc := newMaster.Client(), old.Client()
 	for {
 		addr, err := st.MasterAddr(ctx)
-		if err == nil && addr == newMaster.Addr() {
-			role, err := nc.Do(ctx, "ROLE").Slice()
+		if err == nil && addr == st.Replica.Addr() {
+			role, err := rc.Do(ctx, "ROLE").Slice()
 			if err == nil && len(role) > 0 && role[0] == "master" {
 				break
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Sentinel never named %s as master (last %q, %v): %w", newMaster.Addr(), addr, err, ctx.Err())
+			return fmt.Errorf("the Sentinel never named %s as master (last %q, %v): %w", st.Replica.Addr(), addr, err, ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	if err := WaitReplicaSynced(ctx, nc, oc); err != nil {
-		return fmt.Errorf("after the failover, the old master: %w", err)
+	if err := mc.ReplicaOf(ctx, "127.0.0.1", strconv.Itoa(st.Replica.Port)).Err(); err != nil {
+		return fmt.Errorf("the old master: REPLICAOF the new one: %w", err)
 	}
-	st.Master, st.Replica = newMaster, old
-	return st.waitReplicaKnown(ctx, old.Addr())
+	st.Master, st.Replica = st.Replica, st.Master
+	return nil
 }
 
 // waitReplicaKnown waits until the Sentinel lists addr as a replica of
