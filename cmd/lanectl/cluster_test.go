@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -134,6 +136,42 @@ func TestLanectlOnRedisCluster(t *testing.T) {
 			}
 			assertOneLine(t, stderr)
 		}
+	})
+	// The README's ACL user, with what it says a cluster needs more
+	// (+cluster|slots: go-redis reads the slot map), on every node: every
+	// command works; without it, lanectl exits 77 naming the command.
+	t.Run("ACL", func(t *testing.T) {
+		readme, err := os.ReadFile("../../README.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := regexp.MustCompile(`(?m)^ACL SETUSER lanes .*$`).Find(readme)
+		if line == nil || !strings.Contains(string(readme), "`+cluster|slots`") {
+			t.Fatal("README.md has no `ACL SETUSER lanes ...` line, or does not name +cluster|slots for a cluster")
+		}
+		setUser := func(extra ...string) {
+			var args []any
+			for _, w := range append(strings.Fields(string(line)), extra...) {
+				if strings.HasPrefix(w, ">") {
+					w = ">acl-pw"
+				}
+				args = append(args, w)
+			}
+			for _, n := range cl.Nodes {
+				if err := n.Client().Do(ctx, args...).Err(); err != nil {
+					t.Fatalf("%q: %v", args, err)
+				}
+			}
+		}
+		url := "redis://lanes:acl-pw@" + cl.Nodes[0].Addr()
+		setUser()
+		code, _, stderr := runInProcess(t, "--redis", url, "--namespace", nss[1], "status")
+		if code != exitNoPerm || !strings.Contains(stderr, "cluster|slots") {
+			t.Errorf("status as the README's user without +cluster|slots = %d, %q; want %d naming cluster|slots", code, stderr, exitNoPerm)
+		}
+		setUser("+cluster|slots")
+		s := newUniversalServer(t, "cluster", url, cl.Client(t), nss[1])
+		everyCommand(t, s, s.args())
 	})
 	// Seeds given with addr=, read from a --redis-url-file.
 	t.Run("addr", func(t *testing.T) {
