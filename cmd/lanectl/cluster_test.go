@@ -255,3 +255,35 @@ func TestLanectlOnSentinel(t *testing.T) {
 		assertOneLine(t, stderr)
 	})
 }
+
+// TestLanectlOnRedisClusterTLS: a real Redis Cluster of three masters that
+// speak TLS only (clients, cluster bus), with a CA of the test's own.
+// Every command works through one node's rediss:// URL (its seed found
+// by cluster_enabled:1, the CA of --redis-ca-file kept for every node) and
+// through addr= seeds; without the CA, the certificate is refused.
+func TestLanectlOnRedisClusterTLS(t *testing.T) {
+	tf := chaos.NewTLSFiles(t)
+	cl := chaos.StartClusterWith(t, 3, chaos.ServerOptions{TLS: tf})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nss, err := cl.NamespacesOnEveryNode(ctx, fmt.Sprintf("lanectl-cltls-%d-", time.Now().UnixNano()%1e6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("node", func(t *testing.T) {
+		s := newUniversalServer(t, "cluster-tls", cl.Nodes[0].URL(), cl.Client(t), nss[2])
+		everyCommand(t, s, s.args("--redis-ca-file", tf.CA))
+	})
+	t.Run("addr", func(t *testing.T) {
+		url := fmt.Sprintf("rediss://%s?addr=%s", cl.Nodes[1].Addr(), cl.Nodes[2].Addr())
+		s := newUniversalServer(t, "cluster-tls", url, cl.Client(t), nss[0])
+		everyCommand(t, s, s.args("--redis-ca-file", tf.CA))
+	})
+	t.Run("no CA", func(t *testing.T) {
+		code, _, stderr := runInProcess(t, "--redis", cl.Nodes[0].URL(), "--namespace", nss[0], "status")
+		if code != exitUnavailable || !strings.Contains(stderr, "certificate") {
+			t.Errorf("status without the CA = %d, %q; want %d and the certificate refused", code, stderr, exitUnavailable)
+		}
+		assertOneLine(t, stderr)
+	})
+}
