@@ -23,9 +23,9 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 	defer cancel()
 	switch {
 	case t.cluster != nil:
-		return g.check(ctx, redis.NewClusterClient(t.cluster), pctx)
+		return g.check(ctx, pctx, redis.NewClusterClient(t.cluster))
 	case t.failover != nil:
-		c, err := g.check(ctx, redis.NewFailoverClient(t.failover), pctx)
+		c, err := g.check(ctx, pctx, redis.NewFailoverClient(t.failover))
 		if err != nil && errors.Is(err, redis.Nil) {
 			// go-redis's "all sentinels are unreachable: redis: nil": the
 			// Sentinels answered, and none knows the master's name.
@@ -45,7 +45,7 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 		// meets MOVED (a cluster node that does not own its slot), which
 		// would otherwise surface only at the first step, after retries.
 		c.Close()
-		c, err := g.check(ctx, redis.NewClient(t.single), pctx)
+		c, err := g.check(ctx, pctx, redis.NewClient(t.single))
 		if err != nil {
 			return nil, err
 		}
@@ -67,17 +67,17 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 		if err != nil {
 			return nil, err
 		}
-		return g.check(ctx, redis.NewClusterClient(seed.cluster), pctx)
+		return g.check(ctx, pctx, redis.NewClusterClient(seed.cluster))
 	case t.single.DB != 0:
 		c.Close()
-		return g.check(ctx, redis.NewClient(t.single), pctx)
+		return g.check(ctx, pctx, redis.NewClient(t.single))
 	}
 	return c, nil
 }
 
-// check PINGs c within pctx and returns it, or closes it and returns why
-// it cannot be used.
-func (g *globalOptions) check(ctx context.Context, c redis.UniversalClient, pctx context.Context) (redis.UniversalClient, error) {
+// check PINGs c within pctx, a bound of ctx, and returns it, or closes it
+// and returns why it cannot be used.
+func (g *globalOptions) check(ctx, pctx context.Context, c redis.UniversalClient) (redis.UniversalClient, error) {
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
 		return nil, g.connectError(ctx, err)

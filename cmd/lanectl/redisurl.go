@@ -176,8 +176,11 @@ func parseRedisTarget(raw, what string) (*redisTarget, error) {
 	t := &redisTarget{raw: raw, what: what}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		t.single, err = parseRedisURLFrom(raw, what) // its error says what is wrong
-		return t, err
+		// unix://, or a mistake whose error parseRedisURLFrom words.
+		if t.single, err = parseRedisURLFrom(raw, what); err != nil {
+			return nil, err
+		}
+		return t, nil
 	}
 	switch q := u.Query(); {
 	case q.Has("master_name"):
