@@ -6,15 +6,23 @@ BIN := bin
 
 all: build
 
+# `lanectl --version` prints VERSION (git describe: the last tag, or the
+# commit, and -dirty for uncommitted changes); without it, what go build
+# recorded (nothing where GOFLAGS has -buildvcs=false).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+LDFLAGS := $(if $(VERSION),-ldflags "-X main.version=$(VERSION)")
+
 build:
-	$(GO) build -o $(BIN)/lanectl ./cmd/lanectl
+	$(GO) build $(LDFLAGS) -o $(BIN)/lanectl ./cmd/lanectl
 
 # lanectl into $(go env GOPATH)/bin (or $GOBIN).
 install:
-	$(GO) install ./cmd/lanectl
+	$(GO) install $(LDFLAGS) ./cmd/lanectl
 
-# Every package under -race, then which backends the conformance suite
-# covered and what was skipped. The real-Redis tests use LANES_REDIS_URL (or
+# Every package under -race, each package's result as it finishes, then
+# which backends the conformance suite covered and what was skipped; on a
+# failure the failing tests' names, then only their output
+# (scripts/testreport). The real-Redis tests use LANES_REDIS_URL (or
 # REDIS_URL, or redis://127.0.0.1:6379) and skip, saying so, when none answers.
 test:
 	./scripts/test.sh

@@ -2,7 +2,6 @@ package integration_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,20 +41,14 @@ var (
 	chaosWorkerErr  error
 )
 
-// chaosWorker builds the chaosworker binary once per test binary, into one
-// directory per user and source tree that each run overwrites (so runs
-// leave nothing new). Per source tree: several checkouts (git worktrees)
-// run their chaos tests at once, each with its own worker, and one must
-// not run another's.
+// chaosWorker builds the chaosworker binary once per test binary, into
+// this run's own directory (runDir, made by TestMain and removed at its
+// end): two runs at once (two checkouts, a developer and CI, or `make
+// test` twice in one tree) each run their own worker, never another's.
 func chaosWorker(t *testing.T) string {
 	t.Helper()
 	chaosWorkerOnce.Do(func() {
-		wd, _ := os.Getwd()
-		tree := sha256.Sum256([]byte(wd))
-		dir := filepath.Join(os.TempDir(), fmt.Sprintf("lanes-chaosworker-%d-%x", os.Getuid(), tree[:6]))
-		if chaosWorkerErr = os.MkdirAll(dir, 0o755); chaosWorkerErr == nil {
-			chaosWorkerBin, chaosWorkerErr = chaos.BuildWorker(dir)
-		}
+		chaosWorkerBin, chaosWorkerErr = chaos.BuildWorker(runDir)
 	})
 	if chaosWorkerErr != nil {
 		t.Fatal(chaosWorkerErr)
@@ -274,4 +267,17 @@ func chaosTokens(ctx context.Context, t *testing.T, c redis.UniversalClient, b *
 		}
 	}
 	return out
+}
+
+// TestChaosWorkerPerRun: the worker is built into this run's own
+// directory, so that two runs at once never run each other's binaries
+// (issue 13, part 5: a fixed per-user path let them).
+func TestChaosWorkerPerRun(t *testing.T) {
+	bin := chaosWorker(t)
+	if filepath.Dir(bin) != runDir || !strings.HasPrefix(filepath.Base(runDir), "lanes-integration-") {
+		t.Errorf("chaosWorker() = %s; want it in this run's directory %s", bin, runDir)
+	}
+	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("stat(%s) = %v, %v; want an executable", bin, fi, err)
+	}
 }

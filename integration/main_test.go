@@ -19,12 +19,17 @@ import (
 // lanectl is the path of the binary built for this run.
 var lanectl string
 
+// runDir is this run's own directory, for the binaries it builds (lanectl,
+// the chaos worker); TestMain removes it at the end.
+var runDir string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "lanes-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	runDir = dir
 	lanectl = filepath.Join(dir, "lanectl")
 	build := exec.Command("go", "build", "-o", lanectl, "github.com/lanes-dev/lanes/cmd/lanectl")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr

@@ -656,14 +656,18 @@ func (r *protoRunner) statuses(script string, v any, want ...string) (string, []
 	if !strings.HasPrefix(r.doc.replies[script], "`[epoch, [status per ") {
 		r.t.Fatalf("PROTOCOL.md writes the reply of %s as %s; the test reads [epoch, [status per ...]]", script, r.doc.replies[script])
 	}
+	if !strings.Contains(r.doc.replies[script], "], more]`") {
+		r.t.Fatalf("PROTOCOL.md writes the reply of %s as %s; the test reads [epoch, [status per ...], more]", script, r.doc.replies[script])
+	}
 	top, ok := v.([]any)
-	if !ok || len(top) != 2 {
-		r.t.Fatalf("%s reply %#v; want [epoch, [statuses]]", script, v)
+	if !ok || len(top) != 3 {
+		r.t.Fatalf("%s reply %#v; want [epoch, [statuses], more]", script, v)
 	}
 	epoch, ok1 := top[0].(string)
 	list, ok2 := top[1].([]any)
-	if !ok1 || !ok2 || len(list) != len(want)/2 {
-		r.t.Fatalf("%s reply %#v; want an epoch and %d statuses", script, v, len(want)/2)
+	more, ok3 := top[2].(int64)
+	if !ok1 || !ok2 || !ok3 || (more != 0 && more != 1) || len(list) != len(want)/2 {
+		r.t.Fatalf("%s reply %#v; want an epoch, %d statuses and more (0 or 1)", script, v, len(want)/2)
 	}
 	for i := 0; i < len(want); i += 2 {
 		r.checkTuple(script, list[i/2], want[i], want[i+1])
@@ -2869,5 +2873,217 @@ func TestProtocolFenceRealRedis(t *testing.T) {
 	}
 	if pttl, _ := r.c.PTTL(context.Background(), r.fence).Result(); pttl != -1 {
 		t.Errorf("%s has TTL %v; want none", r.fence, pttl)
+	}
+}
+
+// The reviewer's findings on real Redis (each a kind, each kept as a test).
+
+// Every script that releases keeps a lender that ended for its revoked
+// borrowers: a record.lua step sent again (its first reply lost) after the
+// lender's release once removed the kept lender with its borrower and
+// granted the key while the borrower's owner had not been told. And a
+// lender released by force, then kept, answers its owner "f".
+func TestProtocolEveryReleaseKeepsEndedLenderRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	for _, how := range []string{"release then record", "force then release", "force then record"} {
+		t.Run(how, func(t *testing.T) {
+			r := newProtoRunner(t)
+			owner, other := "owner-"+r.nonce, "other-"+r.nonce
+			const ttl = 30000
+			epoch, _ := r.mustEnqueue(owner, ttl, []string{"P", "h"}, req("P", lane("a", 1)))
+			r.mustEnqueue(other, ttl, []string{"C", "h"}, req("C", lane("a", 1), "l", "P"))
+			r.mustEnqueue(other, ttl, []string{"T", "w"}, req("T", lane("a", 1)))
+			record := func(id string) any {
+				return r.mustCall("record.lua", map[string]any{"owner id": owner, "call id": "call-" + id, "value": "v", "retention ms": 60000, "entry ids...": []string{id}})
+			}
+			first, again := "h", "g"
+			switch how {
+			case "release then record":
+				r.checkRelease(r.release(owner, 0, "P"), []string{"h"}, nil)
+				r.checkReleaseOf("record.lua", record("P"), []string{"g"}, nil)
+			case "force then release":
+				first, again = "h", "f"
+				r.checkRelease(r.release("", 60000, "P"), []string{first}, nil)
+				r.checkRelease(r.release(owner, 0, "P"), []string{again}, nil)
+			case "force then record":
+				r.checkRelease(r.release("", 60000, "P"), []string{first}, nil)
+				r.checkReleaseOf("record.lua", record("P"), []string{"f"}, nil)
+			}
+			r.wantKeyRec("a", epoch, 1, 1, "P") // kept for C; T waits
+			if !r.exists("P") || !r.exists("C") {
+				t.Fatalf("P there %v, C there %v; want both until C's owner releases C", r.exists("P"), r.exists("C"))
+			}
+			r.checkRelease(r.release(other, 0, "C"), []string{"g"}, []string{"T"})
+			r.checkRelease(r.release(other, 0, "T"), []string{"h"}, nil)
+		})
+	}
+}
+
+// A key with more holders than Lua's unpack takes (about 8,000) works
+// like any other: a request queues on it, a release hands it on, and a
+// lean release of many keys at once works (each once failed with a Lua
+// error after writing part of the step).
+func TestProtocolManyHoldersRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	r := newProtoRunner(t)
+	owner := "owner-" + r.nonce
+	const ttl, n = 60000, 8200
+	for from := 0; from < n; from += 1000 {
+		var reqs []map[string]any
+		var want []string
+		for i := from; i < min(n, from+1000); i++ {
+			id := fmt.Sprintf("h%05d", i)
+			reqs = append(reqs, req(id, lane("big", n)))
+			want = append(want, id, "h")
+		}
+		r.mustEnqueue(owner, ttl, want, reqs...)
+	}
+	r.mustEnqueue(owner, ttl, []string{"W", "w"}, req("W", lane("big", n)))
+	r.checkRelease(r.release(owner, 0, "h00000"), []string{"h"}, []string{"W"})
+	// A lean release of 250 entries of 33 keys each: 8,250 key records in
+	// one step.
+	var reqs []map[string]any
+	var want, ids []string
+	for i := range 250 {
+		var ls [][]any
+		for j := range 33 {
+			ls = append(ls, []any{fmt.Sprintf("k%03d-%02d", i, j), 1})
+		}
+		id := fmt.Sprintf("m%03d", i)
+		reqs = append(reqs, req(id, ls))
+		want, ids = append(want, id, "h"), append(ids, id)
+	}
+	for i := 0; i < len(reqs); i += 100 { // MAX_STEP_LANES per enqueue
+		r.mustEnqueue(owner, ttl, want[2*i:2*min(len(reqs), i+100)], reqs[i:min(len(reqs), i+100)]...)
+	}
+	v := r.release(owner, 0, ids...)
+	was := make([]string, len(ids))
+	for i := range was {
+		was[i] = "h"
+	}
+	r.checkRelease(v, was, nil)
+}
+
+// Expired waiters queued ahead of a live one stand in no one's way: each
+// step removes up to DEAD_MAX of them from the head of a queue it looks
+// at and answers more = 1 while some remain, so a caller asks again at
+// once; the live waiter is granted after a bounded number of steps, not
+// after one heartbeat interval per few hundred dead waiters.
+func TestProtocolDeadWaitersAheadRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	r := newProtoRunner(t)
+	owner, dead := "owner-"+r.nonce, "dead-"+r.nonce
+	ctx := context.Background()
+	const ttl = 60000
+	r.mustEnqueue(owner, ttl, []string{"H", "h"}, req("H", lane("k", 1)))
+	nDead := 2*int(r.doc.bounds["DEAD_MAX"]) + 500
+	for from := 0; from < nDead; from += 1000 {
+		var reqs []map[string]any
+		var want []string
+		for i := from; i < min(nDead, from+1000); i++ {
+			id := fmt.Sprintf("d%05d", i)
+			reqs = append(reqs, req(id, lane("k", 1)))
+			want = append(want, id, "w")
+		}
+		r.mustEnqueue(dead, 3000, want, reqs...) // dead once their TTL passed
+	}
+	r.mustEnqueue(owner, ttl, []string{"W", "w"}, req("W", lane("k", 1)))
+	// The dead waiters' deadlines passed (TTL 1 ms); W's did not.
+	for {
+		dl, err := r.c.ZScore(ctx, r.key("deadlines"), fmt.Sprintf("d%05d", nDead-1)).Result()
+		if err != nil || float64(r.now()) > dl {
+			break
+		}
+	}
+	r.checkRelease(r.release(owner, 0, "H"), []string{"h"}, nil)
+	steps := 0
+	for {
+		steps++
+		v := r.mustCall("heartbeat.lua", map[string]any{"TTL ms": ttl, "owner id": owner, "entry ids...": []string{"W"}})
+		_, list := r.statuses("heartbeat.lua", v, "W", list1state(v))
+		more := v.([]any)[2].(int64)
+		if list[0].([]any)[1] == "h" {
+			break
+		}
+		if more != 1 {
+			t.Fatalf("step %d: W waits and more = 0 with dead waiters ahead; want more = 1", steps)
+		}
+		if steps > nDead/int(r.doc.bounds["DEAD_MAX"])+2 {
+			t.Fatalf("W still waits after %d steps behind %d dead waiters; each step removes up to DEAD_MAX %d", steps, nDead, r.doc.bounds["DEAD_MAX"])
+		}
+	}
+	t.Logf("W granted at heartbeat step %d behind %d dead waiters", steps, nDead)
+	r.release(owner, 0, "W")
+}
+
+// list1state returns the state of the first status of a reply.
+func list1state(v any) string { return v.([]any)[1].([]any)[0].([]any)[1].(string) }
+
+// The id of a lender that expired while a borrower holds is taken until
+// the borrower goes: an enqueue of it again by its owner is refused
+// ("t"), not made a new entry over the kept record (which once left the
+// key listing a holder that waited on it, for good).
+func TestProtocolExpiredLenderIDTakenRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	r := newProtoRunner(t)
+	owner, other := "owner-"+r.nonce, "other-"+r.nonce
+	ctx := context.Background()
+	epoch, _ := r.mustEnqueue(owner, 200, []string{"P", "h"}, req("P", lane("a", 1)))
+	r.mustEnqueue(other, 30000, []string{"C", "h"}, req("C", lane("a", 1), "l", "P"))
+	for { // until P's deadline passed
+		dl, err := r.c.ZScore(ctx, r.key("deadlines"), "P").Result()
+		if err != nil || float64(r.now()) > dl {
+			break
+		}
+	}
+	r.mustEnqueue(owner, 30000, []string{"P", "t"}, req("P", lane("a", 1)))
+	r.wantKeyRec("a", epoch, 1, 0, "P")
+	if rp := r.record("P"); rp["z"] != float64(1) || rp["s"] != "h" {
+		t.Errorf("P's record %v; want held and kept (z) for C", rp)
+	}
+	r.checkRelease(r.release(other, 0, "C"), []string{"g"}, nil)
+	r.mustEnqueue(owner, 30000, []string{"P", "h"}, req("P", lane("a", 1))) // the id is free again
+	r.release(owner, 0, "P")
+}
+
+// An entry record edited by hand (not JSON, or JSON without the fields a
+// step needs) is taken for absent: the other entries' steps go on, doctor
+// reports it and --repair mends the namespace (each once failed with a
+// Lua error: heartbeats, new keys, status and doctor alike).
+func TestProtocolCorruptRecordRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	for _, bad := range []string{"not json", "{}", `{"k":"x","s":"h"}`, `[1,2]`} {
+		t.Run(bad, func(t *testing.T) {
+			r := newProtoRunner(t)
+			owner := "owner-" + r.nonce
+			ctx := context.Background()
+			const ttl = 30000
+			r.mustEnqueue(owner, 300, []string{"A", "h"}, req("A", lane("a", 1)))
+			r.mustEnqueue(owner, ttl, []string{"B", "h", "W", "w"}, req("B", lane("b", 1)), req("W", lane("b", 1)))
+			if err := r.c.HSet(ctx, r.key("entries"), "A", bad).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r.heartbeat(owner, ttl, []string{"A", "g", "B", "h", "W", "w"}, "A", "B", "W")
+			r.mustEnqueue(owner, ttl, []string{"N", "h"}, req("N", lane("new", 1)))
+			r.inspect(10, "a", "", "b", "") // A shown with its id alone
+			// A request on a waits until A's deadline passes (A, gone to
+			// its owner, is not renewed), then is granted as after a crash.
+			r.mustEnqueue(owner, ttl, []string{"X", "w"}, req("X", lane("a", 1)))
+			giveUp := r.now() + 300 + 2000
+			for list1state(r.mustCall("heartbeat.lua", map[string]any{"TTL ms": ttl, "owner id": owner, "entry ids...": []string{"X"}})) != "h" {
+				if r.now() > giveUp {
+					t.Fatalf("X still waits on a two seconds past the deadline of A, whose record is %q", bad)
+				}
+			}
+			if err := r.c.HSet(ctx, r.key("entries"), "B", bad).Err(); err != nil {
+				t.Fatal(err)
+			}
+			p := r.doctor("entries", "check", "0", 100)
+			if len(p.problems) == 0 {
+				t.Errorf("doctor found nothing in a namespace with entry A = %q", bad)
+			}
+			r.doctor("entries", "repair", "0", 100)
+			r.checkMarkers(t)
+		})
 	}
 }

@@ -137,6 +137,13 @@ type Status struct {
 	// Redis restart without persistence): every entry of an earlier epoch
 	// is gone.
 	Epoch string
+	// Backlog is set, on every status of a step, when the step left
+	// expired entries that it could not remove within its bounded work
+	// (docs/PROTOCOL.md, REAP_MAX and DEAD_MAX) and that may stand in a
+	// waiter's way: the Session polls its waiting entries again at once.
+	// The memory backend removes every expired entry at each step and
+	// never sets it.
+	Backlog bool
 }
 
 // Released reports what a Release step removed.

@@ -354,10 +354,26 @@ func (s *Session) beatStep(ids []string, hinted bool) {
 		s.tel.count(s.tel.beatFails)
 		return // the entries' timers report what this costs
 	}
+	backlog := false
 	for _, st := range sts {
 		if e := s.entries[st.ID]; e != nil {
 			s.applyStatus(e, st, sent, !hinted)
+			backlog = backlog || s.pollAgain(e, st)
 		}
 	}
 	s.noteEpoch(sts)
+	if backlog {
+		s.wake()
+	}
+}
+
+// pollAgain marks e to be polled at once when the step that answered st
+// left a backlog of expired entries that may stand in its way, and
+// reports whether it did. s.mu is held.
+func (s *Session) pollAgain(e *entry, st Status) bool {
+	if !st.Backlog || st.State != Waiting || e.lease != nil || e.finished {
+		return false
+	}
+	s.hinted[e.id] = true
+	return true
 }

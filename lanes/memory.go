@@ -386,13 +386,17 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 	for i, id := range ids {
 		e := m.entries[id]
 		switch {
-		case e != nil && by != "" && e.kept:
-			rel.Was[i] = Gone // ended already, kept for its revoked borrowers
+		case e != nil && by != "" && e.kept && e.Owner.ID == by:
+			// Ended already, kept for its revoked borrowers: gone to its
+			// owner (released by force, when an operator did), left as is.
+			rel.Was[i] = Gone
+			rel.Forced[i] = m.forcedAt(id, st.now)
 		case e != nil && (by == "" || e.Owner.ID == by):
 			rel.Was[i] = Waiting
 			switch {
 			case by != "" && e.ended(): // gone to its owner; held to an operator
 				rel.Was[i] = Gone
+				rel.Forced[i] = m.forcedAt(id, st.now)
 			case e.held:
 				rel.Was[i] = Held
 			}
@@ -404,9 +408,7 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 				m.forced[id] = st.now.Add(MaxTTL)
 			}
 		case by != "":
-			if t, ok := m.forced[id]; ok && t.After(st.now) {
-				rel.Forced[i] = true
-			}
+			rel.Forced[i] = m.forcedAt(id, st.now)
 		}
 		if settle > 0 {
 			m.settled[id] = st.now.Add(settle)
@@ -597,6 +599,13 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 			st.remove(z, touched)
 		}
 	}
+}
+
+// forcedAt reports whether the tombstone of an operator's release of id
+// lives at now.
+func (m *Memory) forcedAt(id string, now time.Time) bool {
+	t, ok := m.forced[id]
+	return ok && t.After(now)
 }
 
 // lendsToHolder reports whether a holder borrows a key from e.

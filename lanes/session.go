@@ -396,7 +396,7 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 			e.span.SetAttributes(AttrPosition.Int(far))
 		}
 		s.applyStatus(e, st, sent, false)
-		kick = kick || s.hinted[st.ID]
+		kick = s.pollAgain(e, st) || kick || s.hinted[st.ID]
 	}
 	s.noteEpoch(sts)
 	s.mu.Unlock()

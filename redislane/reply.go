@@ -18,10 +18,15 @@ func malformed(what string, v any) error {
 	return fmt.Errorf("%w: malformed %s reply from Redis: %.200v", lanes.ErrUnavailable, what, v)
 }
 
-// parseStatuses reads {epoch, {{id, state, {key, value, ...}, seq}, ...}}.
+// parseStatuses reads {epoch, {{id, state, {key, value, ...}, seq}, ...},
+// more}.
 func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	top, ok := v.([]any)
-	if !ok || len(top) != 2 {
+	if !ok || len(top) != 3 {
+		return nil, malformed("status", v)
+	}
+	more, ok := top[2].(int64)
+	if !ok {
 		return nil, malformed("status", v)
 	}
 	epoch, ok1 := top[0].(string)
@@ -43,7 +48,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
-		st := lanes.Status{ID: id, Epoch: epoch}
+		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1}
 		if len(f) == 4 {
 			seq, _ := f[3].(int64)
 			st.Seq = uint64(max(seq, 0))

@@ -44,11 +44,14 @@ type batchOptions struct {
 	local      bool
 	noLanes    bool
 	events     bool
+	reply      bool
+
+	response *batch.Response // the response read from --calls, for --reply
 }
 
 func newBatchCommand(o *batchOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "batch --tools FILE (--calls FILE | --resume FILE) [--tenant T] [--run-id ID] [--ttl D] [--deadline D] [--checkpoint FILE] [--local] [--events] [--json]",
+		Use:   "batch --tools FILE (--calls FILE | --resume FILE) [--tenant T] [--run-id ID] [--ttl D] [--deadline D] [--checkpoint FILE] [--local] [--events] [--reply] [--json]",
 		Short: "Run the tool calls of one model response through the scheduler",
 		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
 OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
@@ -90,6 +93,16 @@ running calls finish, none starts, and the rest is written as a checkpoint
 (JSON) to --checkpoint FILE; batch --resume FILE goes on from it, with the
 same run id (--calls is not needed then).
 
+--reply prints, in place of the outcomes, the message that answers the
+response, in its own form, to append to the conversation: a JSON array
+holding one Anthropic user message of tool_result blocks, or one OpenAI Chat
+tool message or Responses function_call_output item per call, in call order;
+[] for a response without tool calls (printed without reaching Redis). A
+call that did not end ok is answered with a text for the model (the
+[reply] table of --tools replaces it); with --json, batch prints
+{"reply": [...], "outcomes": [...]}. With --resume, --calls names the
+response the checkpoint came from.
+
 batch exits 0 once the batch ran or paused, whatever its calls' outcomes; 65
 when the --tools, --calls or --resume file cannot be read or is not valid;
 128+N when signal N cancelled the batch (its outcomes are printed first).`,
@@ -112,6 +125,7 @@ when the --tools, --calls or --resume file cannot be read or is not valid;
 	f.StringVar(&o.resume, "resume", "", "go on from the checkpoint a SIGUSR1 wrote to this file, in place of --calls")
 	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
 	f.BoolVar(&o.events, "events", false, "print each scheduler event (queued, granted, started, finished) to standard error")
+	f.BoolVar(&o.reply, "reply", false, "print the message that answers the response, in its own form, in place of the outcomes (with --json: both)")
 	f.BoolVar(&o.noLanes, "no-lanes", false, "run every call at once, without lanes, in this process: to see what the lanes prevent")
 	return cmd
 }
@@ -123,7 +137,7 @@ func (o *batchOptions) complete() error {
 		return usageErrorf("batch needs --tools FILE")
 	case o.calls == "" && o.resume == "":
 		return usageErrorf("batch needs --calls FILE (- for standard input), or --resume FILE")
-	case o.calls != "" && o.resume != "":
+	case o.calls != "" && o.resume != "" && !o.reply:
 		return usageErrorf("give --calls or --resume, not both: a checkpoint holds its calls")
 	case o.ttl < minLockTTL:
 		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
@@ -131,6 +145,9 @@ func (o *batchOptions) complete() error {
 		return usageErrorf("--deadline must not be negative, got %v", o.deadline)
 	case o.noLanes && o.resume != "":
 		return usageErrorf("--no-lanes runs a batch without lanes; it cannot resume one")
+	}
+	if err := o.completeReply(); err != nil {
+		return err
 	}
 	if o.runID != "" {
 		req := lanes.Request{ID: o.runID + "/call"}
@@ -185,6 +202,13 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		calls, format, source = cp.Calls, "checkpoint", o.resume
 	} else if calls, format, err = o.readCalls(cmd.InOrStdin()); err != nil {
 		return &exitError{code: exitDataErr, err: err}
+	}
+	wording, err := o.prepareReply(cmd, cp)
+	if err != nil {
+		return err
+	}
+	if o.reply && len(calls) == 0 { // nothing to run: no lanes needed
+		return o.printReply(cmd, wording, calls, &sched.Result{})
 	}
 
 	b, closeBackend, err := o.backend(ctx)
@@ -242,7 +266,9 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		}
 	}
 	view := newBatchView(calls, res)
-	if o.global.json {
+	if o.reply {
+		err = o.printReply(cmd, wording, calls, res)
+	} else if o.global.json {
 		err = printBatchJSON(cmd.OutOrStdout(), view)
 	} else {
 		err = printBatchTable(cmd.OutOrStdout(), view)
@@ -294,11 +320,12 @@ func (o *batchOptions) readCalls(stdin io.Reader) ([]sched.Call, batch.Format, e
 		}
 		return nil, "", fmt.Errorf("cannot read %s: %w", name, err)
 	}
-	calls, format, err := batch.ReadCalls(data)
+	resp, err := batch.ReadResponse(data)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}
-	return calls, format, nil
+	o.response = resp
+	return resp.Calls, resp.Format, nil
 }
 
 // backend opens the lanes: Redis, or an in-process backend with --local.
@@ -338,6 +365,17 @@ type batchOutcome struct {
 // call left for a checkpoint is "interrupted".
 func newBatchView(calls []sched.Call, res *sched.Result) []batchOutcome {
 	view := make([]batchOutcome, len(calls))
+	for i, oc := range callOutcomes(calls, res) {
+		view[i] = outcomeView(oc)
+	}
+	return view
+}
+
+// callOutcomes returns one outcome per call in call order, each with its
+// call id, tool and a status: a call left for a checkpoint is
+// "interrupted", one without an outcome "never_dispatched".
+func callOutcomes(calls []sched.Call, res *sched.Result) []sched.Outcome {
+	out := make([]sched.Outcome, len(calls))
 	for i, c := range calls {
 		var oc sched.Outcome
 		if i < len(res.Outcomes) {
@@ -351,9 +389,9 @@ func newBatchView(calls []sched.Call, res *sched.Result) []batchOutcome {
 		case oc.Status == "":
 			oc.Status, oc.Code = sched.NeverDispatched, sched.CodeNeverStarted
 		}
-		view[i] = outcomeView(oc)
+		out[i] = oc
 	}
-	return view
+	return out
 }
 
 // outcomeView is one outcome as printed.

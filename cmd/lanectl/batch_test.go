@@ -553,7 +553,7 @@ func TestBatchSignalCancels(t *testing.T) {
 			t.Errorf("batch interrupted by SIGINT = %d; want 130 (stderr %q)", code, p.stderr)
 		}
 		stderr := p.stderr.String()
-		assertOneLine(t, stderr)
+		assertJSONError(t, stderr, "interrupted", 130) // --json: the error as JSON
 		if !strings.Contains(stderr, "interrupted by SIGINT") {
 			t.Errorf("stderr = %q; want interrupted by SIGINT", stderr)
 		}
@@ -715,6 +715,6 @@ func TestBatchBadArgumentsFailAlone(t *testing.T) {
 		if code != exitDataErr || out != "" || !strings.Contains(stderr, "not JSON") {
 			t.Errorf("batch = %d, %q, stderr %q; want %d, nothing, not JSON", code, out, stderr, exitDataErr)
 		}
-		assertOneLine(t, stderr)
+		assertJSONError(t, stderr, "data_error", exitDataErr) // --json: the error as JSON
 	})
 }

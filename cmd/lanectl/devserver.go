@@ -36,7 +36,7 @@ func (o *devServerOptions) run(cmd *cobra.Command) error {
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.StartAddr(o.addr); err != nil {
-		return fmt.Errorf("dev-server cannot listen on %s: %w", o.addr, err)
+		return &exitError{code: exitCannotListen, err: fmt.Errorf("dev-server cannot listen on %s: %w", o.addr, err)}
 	}
 	defer m.Close()
 

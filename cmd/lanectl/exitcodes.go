@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -22,8 +23,8 @@ const (
 	// have (it printed what it did release).
 	exitNotFound = 1
 
-	// exitUsage (EX_USAGE): a bad flag or argument, a malformed --redis URL,
-	// a bad namespace, a missing `--`, a request that lanes rejects as
+	// exitUsage (EX_USAGE): a bad flag or argument, a malformed --redis URL
+	// or one naming a database the server does not have, a bad namespace, a missing `--`, a request that lanes rejects as
 	// invalid (lanes.ErrInvalid), a --limit other than the one the key is
 	// held with (lanes.ErrLimitMismatch), or an --id that names another
 	// request (lanes.ErrIDConflict).
@@ -41,8 +42,13 @@ const (
 	// exitInternal (EX_SOFTWARE): anything else; a bug in lanectl or lanes.
 	exitInternal = 70
 
+	// exitCannotListen (EX_OSERR): a server lanectl runs cannot listen on
+	// its address (`dev-server --addr` in use, or not this host's).
+	exitCannotListen = 71
+
 	// exitWaitTimeout (EX_TEMPFAIL): `lock --wait` ran out before the grant
-	// (lanes.ErrWaitTimeout). Nothing is left queued.
+	// (lanes.ErrWaitTimeout), or `lock --try` could not be granted at once.
+	// Nothing is left queued. `lock --conflict-exit-code N` makes it N.
 	exitWaitTimeout = 75
 
 	// exitNoPerm (EX_NOPERM): Redis refused the credentials or the ACL user
@@ -78,39 +84,85 @@ const (
 
 // exitCode returns the exit status for err, the result of a command.
 func exitCode(err error) int {
+	code, _ := classify(err)
+	return code
+}
+
+// errorCode names the kind of err for scripts: the "code" of the JSON
+// error object lanectl prints under --json. It stays the same when
+// `lock --conflict-exit-code` changes the status.
+func errorCode(err error) string {
+	_, name := classify(err)
+	return name
+}
+
+// exitNames names each status of the table, for errorCode.
+var exitNames = map[int]string{
+	exitOK:              "ok",
+	exitNotFound:        "not_found",
+	exitUsage:           "usage",
+	exitDataErr:         "data_error",
+	exitUnavailable:     "unavailable",
+	exitInternal:        "internal",
+	exitCannotListen:    "cannot_listen",
+	exitWaitTimeout:     "wait_timeout",
+	exitNoPerm:          "no_permission",
+	exitConfig:          "config",
+	exitLeaseLost:       "lease_lost",
+	exitLockCycle:       "lock_cycle",
+	exitCannotRun:       "cannot_run",
+	exitCommandNotFound: "command_not_found",
+}
+
+// classify returns the exit status for err and the name of its kind.
+func classify(err error) (int, string) {
 	var (
 		usage *usageError
 		exit  *exitError
 		intr  *interruptError
 	)
+	code := exitInternal
 	switch {
 	case err == nil:
-		return exitOK
+		code = exitOK
 	case errors.As(err, &exit):
-		return exit.code
+		if exit.kind != "" {
+			return exit.code, exit.kind
+		}
+		code = exit.code
 	case errors.As(err, &intr):
-		return exitSignal + int(intr.sig)
+		return exitSignal + int(intr.sig), "interrupted"
 	case errors.As(err, &usage),
 		errors.Is(err, lanes.ErrInvalid),
 		errors.Is(err, lanes.ErrLimitMismatch),
-		errors.Is(err, lanes.ErrIDConflict):
-		return exitUsage
+		errors.Is(err, lanes.ErrIDConflict),
+		noSuchDatabase(err):
+		code = exitUsage
 	case permissionDenied(err):
-		return exitNoPerm
+		code = exitNoPerm
 	case errors.Is(err, redislane.ErrEvictable), errors.Is(err, redislane.ErrProtocol),
 		errors.As(err, new(*configError)), misrouted(err) != "":
-		return exitConfig
+		code = exitConfig
 	case errors.Is(err, lanes.ErrUnavailable):
-		return exitUnavailable
+		code = exitUnavailable
 	case errors.Is(err, lanes.ErrWaitTimeout):
-		return exitWaitTimeout
+		code = exitWaitTimeout
 	case errors.Is(err, lanes.ErrLeaseLost):
-		return exitLeaseLost
+		code = exitLeaseLost
 	case errors.Is(err, lanes.ErrLockCycle):
-		return exitLockCycle
-	default:
-		return exitInternal
+		code = exitLockCycle
 	}
+	if name, ok := exitNames[code]; ok {
+		return code, name
+	}
+	return code, "exit_" + strconv.Itoa(code)
+}
+
+// noSuchDatabase reports whether Redis refused the database the URL names
+// (SELECT: "ERR DB index is out of range"): a mistake in the URL, not an
+// unreachable server.
+func noSuchDatabase(err error) bool {
+	return strings.Contains(err.Error(), "DB index is out of range")
 }
 
 // permissionDenied reports whether Redis refused lanectl's credentials or
@@ -143,9 +195,12 @@ func usageErrorf(format string, args ...any) error {
 }
 
 // exitError ends lanectl with a given status. With a nil err it prints
-// nothing: the status says it all (a command's own exit status).
+// nothing: the status says it all (a command's own exit status). kind
+// names it for errorCode when code alone does not (a status chosen with
+// --conflict-exit-code).
 type exitError struct {
 	code int
+	kind string
 	err  error
 }
 

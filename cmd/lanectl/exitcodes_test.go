@@ -34,11 +34,42 @@ func TestExitCode(t *testing.T) {
 		{"no permission", errors.New("NOPERM User lanes has no permissions to run the 'get' command"), 77},
 		{"script ACL, Redis 7.0", fmt.Errorf("%w: %w", lanes.ErrUnavailable, errors.New("ERR The user executing the script can't run this command or subcommand script: 829e, on @user_script:311.")), 77},
 		{"script ACL, Redis 7.2", fmt.Errorf("%w: %w", lanes.ErrUnavailable, errors.New("ERR ACL failure in script: User lanes has no permissions to run the 'pttl' command script: 829e")), 77},
+		{"no such database", &unreachableError{url: "redis://h/99", err: errors.New("ERR DB index is out of range")}, 64},
+		{"conflict, another status", &exitError{code: 9, kind: "conflict", err: errors.New("k not granted")}, 9},
 		{"other", errors.New("boom"), 70},
 	}
 	for _, tt := range tests {
 		if got := exitCode(tt.err); got != tt.want {
 			t.Errorf("exitCode(%s: %v) = %d; want %d", tt.name, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestErrorCode: the name of each kind of error, for --json, follows the
+// error, not a status --conflict-exit-code chose.
+func TestErrorCode(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{usageErrorf("bad"), "usage"},
+		{&unreachableError{url: "redis://h", err: errors.New("refused")}, "unavailable"},
+		{&unreachableError{url: "redis://h/99", err: errors.New("ERR DB index is out of range")}, "usage"},
+		{&exitError{code: exitCannotListen, err: errors.New("in use")}, "cannot_listen"},
+		{&exitError{code: 0, kind: "conflict", err: errors.New("held")}, "conflict"},
+		{&exitError{code: 42, err: errors.New("x")}, "exit_42"},
+		{&interruptError{sig: syscall.SIGINT}, "interrupted"},
+		{errors.New("boom"), "internal"},
+	} {
+		if got := errorCode(tt.err); got != tt.want {
+			t.Errorf("errorCode(%v) = %q; want %q", tt.err, got, tt.want)
+		}
+	}
+	for code := range map[int]bool{exitNotFound: true, exitUsage: true, exitDataErr: true, exitUnavailable: true, exitInternal: true,
+		exitCannotListen: true, exitWaitTimeout: true, exitNoPerm: true, exitConfig: true, exitLeaseLost: true, exitLockCycle: true,
+		exitCannotRun: true, exitCommandNotFound: true} {
+		if exitNames[code] == "" {
+			t.Errorf("exit status %d has no name for --json", code)
 		}
 	}
 }
@@ -49,7 +80,7 @@ func TestExitCodesDistinct(t *testing.T) {
 	codes := map[int]string{}
 	for name, c := range map[string]int{
 		"ok": exitOK, "not found": exitNotFound, "usage": exitUsage, "unavailable": exitUnavailable,
-		"internal": exitInternal, "wait timeout": exitWaitTimeout, "lease lost": exitLeaseLost,
+		"internal": exitInternal, "cannot listen": exitCannotListen, "config": exitConfig, "wait timeout": exitWaitTimeout, "lease lost": exitLeaseLost,
 		"lock cycle": exitLockCycle, "data error": exitDataErr, "no permission": exitNoPerm,
 		"cannot run": exitCannotRun, "command not found": exitCommandNotFound,
 		"SIGINT": exitSignal + int(syscall.SIGINT), "SIGTERM": exitSignal + int(syscall.SIGTERM),

@@ -20,7 +20,8 @@ func newKeysCommand(o *keysOptions) *cobra.Command {
 		Use:   "keys [--json]",
 		Short: "List the keys that have holders or waiters, most contended first",
 		Long: `keys lists every key that has holders or waiters, with its limit and how many
-of each, sorted by waiters (most first), then by key.`,
+of each, sorted by waiters (most first), then by key. The first line names
+the server and the namespace read.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd)
@@ -38,13 +39,16 @@ func (o *keysOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	return newPrinter(cmd.OutOrStdout(), o.global.json).Keys(newKeysView(snap))
+	v := newKeysView(snap)
+	v.Server = o.global.server()
+	return newPrinter(cmd.OutOrStdout(), o.global.json).Keys(v)
 }
 
 // keysView is what `keys` reports; its JSON form is the contract of
 // `lanectl keys --json`.
 type keysView struct {
 	Namespace string     `json:"namespace"`
+	Server    string     `json:"server"` // the Redis URL read, its password redacted
 	Keys      []keyCount `json:"keys"`
 }
 

@@ -46,6 +46,12 @@ type lockOptions struct {
 	wait  time.Duration
 	id    string
 	files []string // --file: paths whose lock keys to hold too
+	// try fails at once when the keys cannot all be granted now (--try).
+	try bool
+	// conflictCode is the exit status when --try meets taken keys or
+	// --wait runs out (--conflict-exit-code).
+	conflictCode int
+	quiet        bool // --quiet: no status line while waiting
 
 	keys []string
 	argv []string
@@ -57,12 +63,19 @@ type lockOptions struct {
 
 func newLockCommand(o *lockOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "lock [--limit N] [--ttl D] [--wait D] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
+		Use:   "lock [--limit N] [--ttl D] [--wait D | --try] [--conflict-exit-code N] [--quiet] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
 		Short: "Run a command while holding keys: the cluster's flock",
 		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
 key), runs CMD while it holds them and exits with CMD's status. --file PATH
 adds the lock key lanectl batch gives that file (lock:file: and the path the
 kernel would open), so lock shares the file's lane with batch tools.
+
+While it waits with a terminal on standard error, one line there says, for
+each key, its place in the queue, who holds the key, for how long and how
+much of their lease is left; it is cleared once the keys are granted
+(--quiet: no line). --wait D gives up after D, --try at once when the keys
+cannot all be granted now (as flock -n); either leaves no place in the
+queue and exits 75, or N with --conflict-exit-code N (as flock -E).
 
 The lease is renewed every TTL/3. Its local deadline lies a tenth of the
 TTL (the margin) before Redis could grant the keys to anyone else: once
@@ -105,6 +118,9 @@ with CMD's status.`,
 	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once; every user of a key must name the same limit")
 	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
+	f.BoolVar(&o.try, "try", false, "give up (exit 75) at once if the keys cannot all be granted now, leaving the queue (as flock -n)")
+	f.IntVar(&o.conflictCode, "conflict-exit-code", exitWaitTimeout, "exit status when --try finds the keys taken or --wait runs out, 0 to 255 (as flock -E)")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no status line on a terminal while waiting")
 	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
 	f.StringArrayVar(&o.files, "file", nil, "hold the lock key batch's file: lock keys give this file (lock:file: and the path the kernel opens); repeatable")
 	return cmd
@@ -138,6 +154,10 @@ func (o *lockOptions) complete(args []string, dash int) error {
 		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v (0 waits forever)", o.wait)
+	case o.try && o.wait > 0:
+		return usageErrorf("--try gives up at once and --wait %v after a while: give one", o.wait)
+	case o.conflictCode < 0 || o.conflictCode > 255:
+		return usageErrorf("--conflict-exit-code must be 0 to 255, got %d", o.conflictCode)
 	}
 	if o.id != "" {
 		if err := lanes.ValidateEntryID(o.id); err != nil {
@@ -174,9 +194,22 @@ func (o *lockOptions) fileKeys() error {
 	return nil
 }
 
+// lockTool is the tool name `lanectl lock` records with its entries; their
+// call id is the command's name (callID).
+const lockTool = "lanectl lock"
+
+// lockCommand returns the command of an entry `lanectl lock` made, "" for
+// any other entry.
+func lockCommand(e lanes.Entry) string {
+	if e.Tool != lockTool {
+		return ""
+	}
+	return e.CallID
+}
+
 // request is the one request lock makes: every key at once.
 func (o *lockOptions) request() lanes.Request {
-	req := lanes.Request{ID: o.id, Tool: "lanectl lock", CallID: callID(o.argv), Lineage: o.lineage}
+	req := lanes.Request{ID: o.id, Tool: lockTool, CallID: callID(o.argv), Lineage: o.lineage}
 	for _, k := range o.keys {
 		req.Lanes = append(req.Lanes, lanes.Lane{Key: k, Limit: o.limit})
 	}
@@ -212,7 +245,7 @@ func (o *lockOptions) run(cmd *cobra.Command) error {
 		wctx, cancel = context.WithTimeout(ctx, o.wait)
 		defer cancel()
 	}
-	lease, err := sess.Acquire(wctx, o.request())
+	lease, err := o.acquire(ctx, wctx, cmd.ErrOrStderr(), b, sess)
 	if err != nil {
 		return o.waitError(ctx, err)
 	}
@@ -223,13 +256,58 @@ func (o *lockOptions) run(cmd *cobra.Command) error {
 	return o.runHolding(ctx, cmd, lease)
 }
 
+// acquire enqueues lock's request and waits for its grant until wctx ends,
+// with the status line on stderr if it is a terminal; with --try it gives
+// up at once, leaving the queue, unless the enqueue step granted it.
+func (o *lockOptions) acquire(ctx, wctx context.Context, stderr io.Writer, b lanes.Backend, sess *lanes.Session) (*lanes.Lease, error) {
+	tickets, err := sess.Enqueue(wctx, o.request())
+	if err != nil {
+		return nil, err
+	}
+	t := tickets[0]
+	select {
+	case <-t.Ready(): // granted at once, or refused
+		return t.Wait(wctx)
+	default:
+	}
+	if o.try {
+		return nil, o.giveUp(ctx, b, t)
+	}
+	if !o.quiet && o.global.tty(stderr) {
+		l := &waitLine{w: stderr, id: t.ID(), keys: o.keys,
+			width: func() int { w, _, _ := terminalSize(stderr); return w },
+			look:  func(ctx context.Context) (*lanes.Snapshot, error) { return b.Inspect(ctx, o.keys) }}
+		l.start(ctx)
+		defer l.stop() // cleared before anything else is written
+	}
+	return t.Wait(wctx)
+}
+
+// giveUp ends a --try whose request was not granted at once: it says who
+// holds the keys, and leaves every queue.
+func (o *lockOptions) giveUp(ctx context.Context, b lanes.Backend, t *lanes.Ticket) error {
+	ictx, cancel := context.WithTimeout(ctx, connectTimeout)
+	snap, err := b.Inspect(ictx, o.keys)
+	cancel()
+	why := ""
+	if err == nil {
+		why = ": " + takenText(snap, t.ID(), o.keys)
+	}
+	// On failure the Session's Close releases it, or it expires within
+	// the TTL.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxReleaseWait)
+	_ = t.Cancel(rctx)
+	cancel()
+	return &exitError{code: o.conflictCode, kind: "conflict", err: fmt.Errorf("%s not granted at once (--try)%s", o.keyList(), why)}
+}
+
 // waitError turns an error met before the grant into lock's answer.
 func (o *lockOptions) waitError(ctx context.Context, err error) error {
 	if sig, ok := interruption(ctx); ok {
 		return o.interrupted(sig)
 	}
 	if errors.Is(err, lanes.ErrWaitTimeout) {
-		return &exitError{code: exitWaitTimeout, err: fmt.Errorf("waited %v for %s: not granted", o.wait, o.keyList())}
+		return &exitError{code: o.conflictCode, kind: "wait_timeout", err: fmt.Errorf("waited %v for %s: not granted", o.wait, o.keyList())}
 	}
 	if errors.Is(err, lanes.ErrLeaseLost) {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}

@@ -43,6 +43,9 @@ func (p jsonPrinter) write(v any) error {
 type tablePrinter struct{ w io.Writer }
 
 func (p tablePrinter) Status(v statusView) error {
+	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
+		return err
+	}
 	if len(v.Keys) == 0 {
 		_, err := fmt.Fprintln(p.w, "no holders or waiters")
 		return err
@@ -50,27 +53,73 @@ func (p tablePrinter) Status(v statusView) error {
 	return writeStatusTable(p.w, v)
 }
 
-// writeStatusTable writes v as an aligned table: a header line, then for
-// each key its holders and then its waiters, one line each.
-func writeStatusTable(out io.Writer, v statusView) error {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tLIMIT\tSTATE\tENTRY\tTOKEN\tPOS\tOWNER\tTOOL\tCALL ID\tTENANT\tFOR\tLEASE LEFT")
+// statusColumns says which of the optional columns a status table shows:
+// COMMAND when an entry was made by `lanectl lock`, TOOL and CALL ID when
+// another entry was.
+func statusColumns(v statusView) (command, call bool) {
 	for _, k := range v.Keys {
 		for _, h := range k.Holders {
-			fmt.Fprintf(tw, "%s\t%d\theld\t%s\t%d\t-\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				cell(k.Key), k.Limit, cell(h.Entry), h.Token, owner(h.Host, h.PID),
-				cell(h.Tool), cell(h.CallID), cell(h.Tenant), ms(h.HeldMS), ms(h.LeaseLeftMS))
+			command, call = command || h.Tool == lockTool, call || h.Tool != lockTool
 		}
 		for _, w := range k.Waiters {
-			fmt.Fprintf(tw, "%s\t%d\twaiting\t%s\t-\t%d\t%s\t%s\t%s\t%s\t%s\t-\n",
-				cell(k.Key), k.Limit, cell(w.Entry), w.Position, owner(w.Host, w.PID),
-				cell(w.Tool), cell(w.CallID), cell(w.Tenant), ms(w.WaitingMS))
+			command, call = command || w.Tool == lockTool, call || w.Tool != lockTool
+		}
+	}
+	return command, call
+}
+
+// writeStatusTable writes v as an aligned table: a header line, then for
+// each key its holders and then its waiters, one line each. An entry of
+// `lanectl lock` shows its command in a COMMAND column in place of a tool
+// and a call id; each of those columns is there only when a row fills it.
+func writeStatusTable(out io.Writer, v statusView) error {
+	command, call := statusColumns(v)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(cells ...string) {
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	// what returns the optional cells of one entry.
+	what := func(tool, callID, cmd string) []string {
+		var cells []string
+		if command {
+			cells = append(cells, cell(cmd))
+		}
+		if call {
+			if tool == lockTool {
+				tool, callID = "", ""
+			}
+			cells = append(cells, cell(tool), cell(callID))
+		}
+		return cells
+	}
+	header := []string{"KEY", "LIMIT", "STATE", "ENTRY", "TOKEN", "POS", "OWNER"}
+	if command {
+		header = append(header, "COMMAND")
+	}
+	if call {
+		header = append(header, "TOOL", "CALL ID")
+	}
+	row(append(header, "TENANT", "FOR", "LEASE LEFT")...)
+	for _, k := range v.Keys {
+		key, limit := cell(k.Key), strconv.Itoa(k.Limit)
+		for _, h := range k.Holders {
+			cells := []string{key, limit, "held", cell(h.Entry), strconv.FormatUint(h.Token, 10), "-", owner(h.Host, h.PID)}
+			cells = append(cells, what(h.Tool, h.CallID, h.Command)...)
+			row(append(cells, cell(h.Tenant), ms(h.HeldMS), ms(h.LeaseLeftMS))...)
+		}
+		for _, w := range k.Waiters {
+			cells := []string{key, limit, "waiting", cell(w.Entry), "-", strconv.Itoa(w.Position), owner(w.Host, w.PID)}
+			cells = append(cells, what(w.Tool, w.CallID, w.Command)...)
+			row(append(cells, cell(w.Tenant), ms(w.WaitingMS), "-")...)
 		}
 	}
 	return tw.Flush()
 }
 
 func (p tablePrinter) Keys(v keysView) error {
+	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
+		return err
+	}
 	if len(v.Keys) == 0 {
 		_, err := fmt.Fprintln(p.w, "no holders or waiters")
 		return err

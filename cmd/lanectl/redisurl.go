@@ -29,7 +29,9 @@ const redacted = "xxxxx"
 // not parse too: a malformed URL is shown in an error message, and its
 // password must not be.
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil {
+	// Without "://", url.Parse reads "user:pw@host" as a scheme and an
+	// opaque rest, and Redacted keeps the password.
+	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
 		u.RawQuery = redactQuery(u.RawQuery)
 		return u.Redacted()
 	}
@@ -141,7 +143,7 @@ func badURL(err error, raw, what string) error {
 	if !strings.Contains(raw, "://") {
 		reason = strings.ReplaceAll(reason, raw, redacted)
 	}
-	return usageErrorf("bad %s: %s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"))
+	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
 }
 
 // checkPort refuses an address whose port is not 1 to 65535.
@@ -257,6 +259,23 @@ func (t *redisTarget) tlsConfig() *tls.Config {
 	default:
 		return t.single.TLSConfig
 	}
+}
+
+// schemeHint suggests the URL a bare host:port meant: "; did you mean
+// redis://127.0.0.1:6379?" for 127.0.0.1:6379. It says nothing for
+// anything else, and never repeats a password.
+func schemeHint(raw string) string {
+	if strings.Contains(raw, "://") || strings.Contains(raw, "@") {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(raw)
+	if err != nil || host == "" || strings.ContainsAny(host, "/?#") {
+		return ""
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return ""
+	}
+	return "; did you mean redis://" + raw + "?"
 }
 
 // maxURLFile bounds what lanectl reads of a --redis-url-file.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strconv"
@@ -80,17 +81,34 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	rel, err := b.Release(ctx, "", o.ids) // an operator's: every owner hears of it
+	v, missing, err := forceRelease(ctx, b, o.ids, known)
 	if err != nil {
 		return o.global.unavailable(err)
 	}
-	if len(rel.Was) != len(o.ids) {
-		return fmt.Errorf("backend answered %d states for %d entries", len(rel.Was), len(o.ids))
+	if err := newPrinter(cmd.OutOrStdout(), o.global.json).Release(v); err != nil {
+		return err
 	}
+	if len(missing) > 0 {
+		return &exitError{code: exitNotFound, err: fmt.Errorf("no entry %s in namespace %s", strings.Join(missing, ", "), o.global.namespace)}
+	}
+	return nil
+}
 
+// forceRelease releases ids as an operator (every owner hears of it) and
+// returns what each was, with its keys as known tells them, the entries
+// granted next, and the ids that were not found. `lanectl ui
+// --allow-release` releases through it too.
+func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[string]entryInfo) (releaseView, []string, error) {
+	rel, err := b.Release(ctx, "", ids)
+	if err != nil {
+		return releaseView{}, nil, err
+	}
+	if len(rel.Was) != len(ids) {
+		return releaseView{}, nil, fmt.Errorf("backend answered %d states for %d entries", len(rel.Was), len(ids))
+	}
 	v := releaseView{Released: []releasedEntry{}, Granted: []string{}}
 	var missing []string
-	for i, id := range o.ids {
+	for i, id := range ids {
 		r := releasedEntry{Entry: id, Was: rel.Was[i].String(), Keys: []string{}}
 		if rel.Was[i] == lanes.Gone {
 			missing = append(missing, id)
@@ -100,13 +118,7 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 		v.Released = append(v.Released, r)
 	}
 	v.Granted = append(v.Granted, rel.Granted...)
-	if err := newPrinter(cmd.OutOrStdout(), o.global.json).Release(v); err != nil {
-		return err
-	}
-	if len(missing) > 0 {
-		return &exitError{code: exitNotFound, err: fmt.Errorf("no entry %s in namespace %s", strings.Join(missing, ", "), o.global.namespace)}
-	}
-	return nil
+	return v, missing, nil
 }
 
 // releaseView is what `release` reports; its JSON form is the contract of
@@ -171,15 +183,7 @@ func confirm(r io.Reader, w io.Writer, ids []string, known map[string]entryInfo)
 			out = append(out, id)
 			continue
 		}
-		what := "waiter on"
-		if e.held {
-			what = "holder of"
-		}
-		host := e.host
-		if host == "" {
-			host = "?"
-		}
-		fmt.Fprintf(w, "evict %s (%s %s) of %s? [y/N] ", cell(id), what, strings.Join(e.keys, ", "), cell(host)+":"+strconv.Itoa(e.pid))
+		fmt.Fprintf(w, "%s [y/N] ", evictQuestion(id, e))
 		answer, err := in.ReadString('\n')
 		if err != nil && answer == "" {
 			fmt.Fprintln(w)
@@ -192,6 +196,20 @@ func confirm(r io.Reader, w io.Writer, ids []string, known map[string]entryInfo)
 		}
 	}
 	return out
+}
+
+// evictQuestion is what release asks before evicting id: which keys it
+// holds or waits for, and whose it is. `lanectl ui` asks it too.
+func evictQuestion(id string, e entryInfo) string {
+	what := "waiter on"
+	if e.held {
+		what = "holder of"
+	}
+	host := e.host
+	if host == "" {
+		host = "?"
+	}
+	return fmt.Sprintf("evict %s (%s %s) of %s?", cell(id), what, strings.Join(e.keys, ", "), cell(host)+":"+strconv.Itoa(e.pid))
 }
 
 // dedupe returns ids without repeats, in first-seen order.

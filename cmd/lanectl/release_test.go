@@ -26,7 +26,7 @@ func TestReleaseJSON(t *testing.T) {
 	if code != exitNotFound {
 		t.Errorf("release of a missing entry = %d; want %d", code, exitNotFound)
 	}
-	assertOneLine(t, stderr)
+	assertJSONError(t, stderr, "not_found", exitNotFound) // --json: the error as JSON
 	var got releaseJSON
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("release --json printed %q: %v", out, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +96,10 @@ func (g *globalOptions) tty(f any) bool {
 	return isTerminal(f)
 }
 
+// server names the Redis server the commands read, its password redacted,
+// for what they print.
+func (g *globalOptions) server() string { return redactURL(g.redisURL) }
+
 // opener connects to the lanes of the namespace the global flags name. The
 // returned function closes the connection; call it once done.
 type opener func(ctx context.Context) (lanes.Backend, func(), error)
@@ -162,6 +167,9 @@ func (e *unreachableError) Error() string {
 	if m := misrouted(e.err); m != "" {
 		return fmt.Sprintf("Redis at %s %s", e.url, m)
 	}
+	if noSuchDatabase(e.err) {
+		return fmt.Sprintf("Redis at %s has no such database (%v): the number after the URL's last / must be below the server's \"databases\" setting (16 by default)", e.url, e.err)
+	}
 	if permissionDenied(e.err) {
 		return fmt.Sprintf("Redis at %s refused lanectl: %v", e.url, e.err)
 	}
@@ -207,7 +215,9 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 			return g.resolve(cmd.Flags())
 		},
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = buildVersion()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	root.CompletionOptions.HiddenDefaultCmd = false
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{msg: err.Error(), showUsage: true}
@@ -229,6 +239,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newDoctorCommand(&doctorOptions{global: g, open: g.open}),
 		newGCCommand(&doctorOptions{global: g, open: g.open}),
 		newWatchCommand(&watchOptions{global: g, open: g.open}),
+		newUICommand(&uiOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
 		newDemoCommand(&demoOptions{}),
 		newDemoToolCommand(),
@@ -253,6 +264,7 @@ func runWith(ctx context.Context, g *globalOptions, relay *signalRelay, args []s
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	addCompletion(root)
 	cmd, err := root.ExecuteContextC(ctx)
 	code := exitCode(err)
 	if err == nil {
@@ -263,12 +275,65 @@ func runWith(ctx context.Context, g *globalOptions, relay *signalRelay, args []s
 		return code // a command's own status: nothing to add
 	}
 	line := errorLine(err, g.redisURL)
+	if g.json || jsonAsked(args) {
+		writeJSONError(stderr, line, errorCode(err), code)
+		return code
+	}
 	var usage *usageError
 	if errors.As(err, &usage) && usage.showUsage && cmd != nil {
 		line += fmt.Sprintf(` (see "%s --help")`, cmd.CommandPath())
 	}
 	fmt.Fprintln(stderr, line)
 	return code
+}
+
+// addCompletion adds cobra's `completion bash|zsh|fish|powershell` to root,
+// once root's output is set (cobra's scripts go to the output it had then).
+// Another word than a shell is a usage error, not the command's help.
+func addCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("completion: unknown shell %q; give bash, zsh, fish or powershell", args[0])
+			}
+			return nil
+		}
+		c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+	}
+}
+
+// jsonError is what lanectl prints on stderr for an error under --json:
+// one line, the message (as the line without --json says it, without the
+// "lanectl: "), the kind of error (errorCode) and the exit status.
+type jsonError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+	Exit  int    `json:"exit"`
+}
+
+// writeJSONError writes line, the error line lanectl would print, as a
+// jsonError.
+func writeJSONError(w io.Writer, line, code string, exit int) {
+	b, _ := json.Marshal(jsonError{Error: strings.TrimPrefix(line, "lanectl: "), Code: code, Exit: exit}) // strings and an int: cannot fail
+	fmt.Fprintf(w, "%s\n", b)
+}
+
+// jsonAsked reports whether args ask for --json before "--": for an error
+// cobra met before it set the flag (an unknown flag after --json, say).
+func jsonAsked(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
 }
 
 // errorLine formats err as the one line lanectl prints for it, without the

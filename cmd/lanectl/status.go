@@ -22,8 +22,10 @@ func newStatusCommand(o *statusOptions) *cobra.Command {
 		Long: `status shows, for each key (every key that has holders or waiters when none is
 named), its limit, its holders (entry, owner host and pid, tool, call id,
 tenant, fencing token, how long held, lease left) and its waiters in queue
-order (entry, position, owner, how long waiting). Durations are measured
-on the Redis clock.`,
+order (entry, position, owner, how long waiting). An entry that "lanectl
+lock" made shows the command it runs (its name, not its arguments) in the
+COMMAND column, in place of a tool and a call id. The first line names the
+server and the namespace read. Durations are measured on the Redis clock.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args {
 				if err := lanes.ValidateKey(k); err != nil {
@@ -49,14 +51,19 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(newStatusView(snap))
+	v := newStatusView(snap)
+	v.Server = o.global.server()
+	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(v)
 }
 
 // statusView is what `status` reports; its JSON form is the contract of
 // `lanectl status --json`.
 type statusView struct {
-	Namespace string      `json:"namespace"`
-	Keys      []statusKey `json:"keys"`
+	Namespace string `json:"namespace"`
+	// Server is the Redis URL read, its password redacted; `watch`
+	// leaves it out.
+	Server string      `json:"server,omitempty"`
+	Keys   []statusKey `json:"keys"`
 }
 
 type statusKey struct {
@@ -73,6 +80,7 @@ type holderView struct {
 	PID         int    `json:"pid"`
 	Tool        string `json:"tool"`
 	CallID      string `json:"call_id"`
+	Command     string `json:"command"`
 	Tenant      string `json:"tenant"`
 	HeldMS      int64  `json:"held_ms"`
 	LeaseLeftMS int64  `json:"lease_left_ms"`
@@ -85,6 +93,7 @@ type waiterView struct {
 	PID       int    `json:"pid"`
 	Tool      string `json:"tool"`
 	CallID    string `json:"call_id"`
+	Command   string `json:"command"`
 	Tenant    string `json:"tenant"`
 	WaitingMS int64  `json:"waiting_ms"`
 }
@@ -98,7 +107,7 @@ func newStatusView(snap *lanes.Snapshot) statusView {
 		for _, h := range k.Holders {
 			sk.Holders = append(sk.Holders, holderView{
 				Entry: h.ID, Token: h.Token, Host: h.Owner.Host, PID: h.Owner.PID,
-				Tool: h.Tool, CallID: h.CallID, Tenant: h.Tenant,
+				Tool: h.Tool, CallID: h.CallID, Command: lockCommand(h.Entry), Tenant: h.Tenant,
 				HeldMS:      since(snap.Time, h.Granted),
 				LeaseLeftMS: since(h.Expires, snap.Time),
 			})
@@ -107,7 +116,7 @@ func newStatusView(snap *lanes.Snapshot) statusView {
 			sk.Waiters = append(sk.Waiters, waiterView{
 				Entry: w.ID, Position: w.Position, Host: w.Owner.Host, PID: w.Owner.PID,
 				WaitingMS: since(snap.Time, w.Enqueued),
-				Tool:      w.Tool, CallID: w.CallID, Tenant: w.Tenant,
+				Tool:      w.Tool, CallID: w.CallID, Command: lockCommand(w.Entry), Tenant: w.Tenant,
 			})
 		}
 		v.Keys = append(v.Keys, sk)

@@ -305,7 +305,7 @@ func TestWatchUnreachable(t *testing.T) {
 	if code != exitNoPerm {
 		t.Errorf("watch with a wrong password = %d (%s); want %d", code, stderr, exitNoPerm)
 	}
-	assertOneLine(t, stderr)
+	assertJSONError(t, stderr, "no_permission", exitNoPerm) // --json: the error as JSON
 	if strings.Contains(stderr, "hunter2") {
 		t.Errorf("stderr = %q; it shows the password", stderr)
 	}

@@ -2,7 +2,9 @@
 // sched.Config (LoadConfig, ParseConfig), tool bodies that run external
 // commands (Command), and the tool calls of one model response in the
 // Anthropic Messages, OpenAI Chat Completions or OpenAI Responses form
-// (ReadCalls). `lanectl batch` puts them together.
+// (ReadCalls), and the message that answers that response in its own
+// form (ReadResponse, Response.Reply, worded by Wording). `lanectl batch`
+// puts them together.
 //
 // The TOML form of a configuration, every key optional but a tool's command:
 //
@@ -34,6 +36,13 @@
 //	                                # or "stop"; also fan_out = true
 //	enabled = false                 # disabled tools are still validated
 //	lock_keys = ["file:{path}", "draft:{id}"]
+//
+//	[reply]                         # what `lanectl batch --reply` tells the model of
+//	                                # a call that did not end ok (Wording): error,
+//	                                # timed_out, never_dispatched, safe_to_retry,
+//	                                # indeterminate, interrupted, no_output,
+//	                                # output_not_stored; {tool} {error} {code} {output}
+//	never_dispatched = "Not run: {error}. Nothing was done; you may call it again."
 //
 // Whether a call is a barrier (it runs alone: every call before it has
 // ended when it starts, none after it starts before it ends) follows
@@ -76,7 +85,9 @@
 // (where SIGUSR1, which pauses the batch, writes the checkpoint of the
 // rest: running calls finish, none starts); --resume FILE (goes on from
 // such a checkpoint, in place of --calls); --local (lanes in the process);
-// --no-lanes; --events; --json. With --json it prints one object per call,
+// --no-lanes; --events; --reply (prints Response.Reply in place of the
+// outcomes; with --json, {"reply", "outcomes"}); --json. With --json it
+// prints one object per call,
 // in call order:
 //
 //	{"id", "tool", "status", "code", "output", "error", "queued_ms",

@@ -22,6 +22,7 @@ type (
 	fileTOML struct {
 		Runner toml.Primitive `toml:"runner"`
 		Tools  toml.Primitive `toml:"tools"`
+		Reply  toml.Primitive `toml:"reply"` // checked here, read by ParseWording
 	}
 	runnerTOML struct {
 		MaxConcurrentTools toml.Primitive `toml:"max_concurrent_tools"`
@@ -94,6 +95,9 @@ func ParseConfig(data []byte, dir string) (sched.Config, error) {
 				}
 			}
 		}
+	}
+	if p.has(toml.Key{"reply"}) {
+		p.reply(f.Reply)
 	}
 	p.unknownKeys()
 	if len(p.problems) > 0 {

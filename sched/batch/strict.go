@@ -12,7 +12,7 @@ import (
 // field whose name differs only in case, which this configuration does not
 // accept.
 var (
-	topKeys         = []string{"runner", "tools"}
+	topKeys         = []string{"runner", "tools", "reply"}
 	runnerKeys      = []string{"max_concurrent_tools", "per_tenant", "per_tool", "parallel_tool_calls", "on_tool_error", "workspace", "unmarked", "retention"}
 	toolKeys        = []string{"command", "concurrency", "safe", "safe_if", "read_only_hint", "idempotent", "timeout", "fan_out", "enabled", "lock_keys"}
 	concurrencyKeys = []string{"key", "limit"}
@@ -55,6 +55,8 @@ func namesAt(k toml.Key) []string {
 		return topKeys
 	case k[0] == "runner" && len(k) == 2:
 		return runnerKeys
+	case k[0] == "reply" && len(k) == 2:
+		return replyKeys()
 	case k[0] == "tools" && len(k) == 3:
 		return toolKeys
 	case k[0] == "tools" && len(k) == 4 && k[2] == "concurrency":

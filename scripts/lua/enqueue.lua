@@ -9,7 +9,8 @@
 --       1 to MAX_STEP_REQUESTS requests with distinct ids and
 --       MAX_STEP_LANES lanes in all, each within the bounds of lib.lua.
 --       Anything else is refused before any change.
--- Reply: {epoch, statuses}: one status per request, in order:
+-- Reply: {epoch, statuses, more}: one status per request, in order
+--        (more as heartbeat.lua's):
 --        {id, "h", {key, token, ...}, seq}, {id, "w", {key, position from
 --        1, ...}, seq}, or, when that one request is refused and nothing
 --        of it changed: {id, "e", {message}} (another owner holds the id),
@@ -130,7 +131,7 @@ if lean then
     out[i] = status(e, true)
   end
   finish()
-  return {EPOCH, out}
+  return {EPOCH, out, 0}
 end
 
 err = full(true)
@@ -160,8 +161,10 @@ local batch, existing, settled, gone = {}, {}, {}, {}
 for _, r in ipairs(reqs) do
   local e = load(r.id)
   if e and not alive(r.id) then
-    expire(e, gone) -- past its deadline: gone, and this request is a new one
-    e = nil
+    -- Past its deadline: gone, and this request is a new one; unless it
+    -- lends to holders, which keeps it (ended): then the id is taken.
+    expire(e, gone)
+    e = load(r.id)
   end
   existing[r.id] = e or false
   settled[r.id] = not e and tombed(r.id, 's')
@@ -290,8 +293,10 @@ local function room(queued)
     local key, limit = kl[1], kl[2]
     local r = kget(key)
     if #r.h + r.w >= limit then
-      -- An expired holder the reap did not reach counts no more; the
-      -- waiters its slot frees are granted first.
+      if not stale(r) then return false end
+      -- An expired holder the reap did not reach (more than REAP_MAX were
+      -- due), or one without a record, counts no more; the waiters its
+      -- slot frees are granted first.
       local touched = {}
       r = purge(key, touched)
       scan(touched)
@@ -330,16 +335,15 @@ for i, r in ipairs(reqs) do
     local queued, lenders, overlent = {}, {}, nil
     for _, kl in ipairs(r.k) do
       local key = kl[1]
+      -- The nearest ancestor that holds key in its own right: its record
+      -- has a token for key not borrowed (the lineage is short; the key's
+      -- holders may be many). An ended or expired holder lends nothing.
       local lender
-      local holders = {}
-      for _, h in ipairs(kget(key).h) do holders[h] = true end
       for j = #(r.l or {}), 1, -1 do
-        if holders[r.l[j]] then
-          local a = load(r.l[j])
-          if a and not ended(a) then
-            lender = r.l[j]
-            break
-          end
+        local a = load(r.l[j])
+        if a and a.s == 'h' and a.x[key] and not borrowed(a, key) and not ended(a) and alive(a.id) then
+          lender = r.l[j]
+          break
         end
       end
       if lender then
@@ -397,4 +401,4 @@ for i, r in ipairs(reqs) do
 end
 
 finish()
-return {EPOCH, out}
+return {EPOCH, out, MORE and 1 or 0}

@@ -10,10 +10,13 @@
 -- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
 --       [4] owner id, [5...] 1 to MAX_STEP_REQUESTS entry ids.
--- Reply: {epoch ("" when the namespace has no state), statuses}: one
---        status per id, in order: {id, "h", {key, token, ...}, seq},
---        {id, "w", {}, seq} or {id, "g", {}} (gone: expired, released, or
---        taken over by another owner; then it is not renewed).
+-- Reply: {epoch ("" when the namespace has no state), statuses, more}:
+--        one status per id, in order: {id, "h", {key, token, ...}, seq},
+--        {id, "w", {}, seq} or {id, "g", {}} (gone: expired, released,
+--        taken over by another owner, or ended; then it is not renewed);
+--        more is 1 when the step left expired entries it could not remove
+--        within its bounds (REAP_MAX, DEAD_MAX): a waiter asks again at
+--        once, else 0.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
 local err = begin(KEYS, ARGV)
@@ -35,7 +38,7 @@ err = open(false, {}, ids) or full(false)
 if err then return err end
 if not EPOCH then
   for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end
-  return {'', out}
+  return {'', out, 0}
 end
 note_ttl(ttl)
 redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW) -- lapsed tombstones
@@ -74,4 +77,4 @@ for i = 5, #ARGV do
 end
 
 finish()
-return {EPOCH, out}
+return {EPOCH, out, MORE and 1 or 0}

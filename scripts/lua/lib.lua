@@ -70,6 +70,8 @@ local CYCLE_VISITS = 200      -- entries one cycle search loads, at most
 local MAX_BORROWERS = 500     -- nested entries that borrow from one holder, at most
 local REAP_MAX = 100          -- expired entries one step removes, at most
 local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
+local DEAD_MAX = 1000         -- expired waiters one step removes from the heads of queues, at most
+local PURGE_ALL = 1000        -- holders of a key a step checks for leftovers even after a whole reap
 
 -- The state of one step (a script run, or a call of the library's
 -- functions, which keep this file loaded between calls): begin sets it.
@@ -84,6 +86,9 @@ local checked -- full has looked at every state key
 -- behalf, which their former owners must be told about
 local granted, told
 local expired -- entries this step removed as expired
+local REAPED -- a reap of this step removed every expired entry
+local DEAD -- expired waiters this step may still remove from queue heads
+local MORE -- the step left expired entries it could not remove: ask again
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
 -- the protocol, reads the clock and forgets what an earlier step of the
@@ -106,6 +111,7 @@ local function begin(KEYS, ARGV, nkeys)
   EPOCH, FROZEN, MAXTTL, TOMBS = nil, nil, nil, nil
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
+  REAPED, DEAD, MORE = false, DEAD_MAX, false
 end
 
 -- Input checks, the same rules as package lanes.
@@ -175,9 +181,45 @@ local function load(id)
     ERAW[id] = raw
   end
   if not raw then return nil end
-  local e = cjson.decode(raw)
+  -- A record that does not decode, or lacks what every step relies on
+  -- (edited by hand, written by another version), is taken for absent:
+  -- its keys' records drop it as a leftover, and doctor reports it.
+  local ok, e = pcall(cjson.decode, raw)
+  if not ok or type(e) ~= 'table' or type(e.k) ~= 'table' or (e.s ~= 'w' and e.s ~= 'h')
+      or type(e.o) ~= 'string' or type(e.q) ~= 'number' or (e.s == 'h' and type(e.x) ~= 'table') then
+    return nil
+  end
+  for _, kl in ipairs(e.k) do
+    if type(kl) ~= 'table' or type(kl[1]) ~= 'string' or type(kl[2]) ~= 'number' then return nil end
+  end
   e.id = id
   return e
+end
+
+-- mcall runs cmd on key with the members of list as arguments, in pieces
+-- small enough for unpack (Lua's C stack takes about 8,000 values), and
+-- returns the replies joined in order. first, when given, is the first
+-- argument of every piece (HMGET's marker field), and its reply comes
+-- first, once.
+local function mcall(cmd, key, list, first)
+  if #list == 0 and not first then return {} end
+  local out = {}
+  if first then out[1] = false end
+  local i = 1
+  repeat
+    local piece = {}
+    if first then piece[1] = first end
+    for j = i, math.min(#list, i + 999) do piece[#piece + 1] = list[j] end
+    local got = redis.call(cmd, key, unpack(piece))
+    local from = 1
+    if first then
+      if i == 1 then out[1] = got[1] end
+      from = 2
+    end
+    for j = from, #got do out[#out + 1] = got[j] end
+    i = i + 1000
+  until i > #list
+  return out
 end
 
 local function store(e)
@@ -238,7 +280,7 @@ local function prefetch(keys)
     if KRAW[key] == nil and not KREC[key] then want[#want + 1] = key end
   end
   if #want == 0 then return end
-  local got = redis.call('HMGET', K_LANES, unpack(want))
+  local got = mcall('HMGET', K_LANES, want)
   for i, key in ipairs(want) do KRAW[key] = got[i] end
 end
 
@@ -386,8 +428,8 @@ end
 -- is not whole (or not there): full decides. It returns an error reply or
 -- nil.
 local function open(create, keys, ids)
-  local got = redis.call('HMGET', K_LANES, '\0', unpack(keys))
-  local ents = redis.call('HMGET', K_ENTRIES, '\0', unpack(ids))
+  local got = mcall('HMGET', K_LANES, keys, '\0')
+  local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
   if got[1] and ents[1] then
     local err = read_marker(got[1])
     if err then return err end
@@ -564,6 +606,31 @@ remove = function(e, touched)
   end
 end
 
+-- release_entry removes the entry id for by (its owner's id, or "" for an
+-- operator) and returns what it was to that caller: "h" or "w"; "g" when
+-- it is not there or has ended (gone to its owner; a lender kept for its
+-- revoked borrowers stays); "f" when an operator released it since (a
+-- tombstone "f\0id" lives). An operator's release leaves that tombstone
+-- for tomb ms (0: none) and tells the owner. Every script that releases
+-- goes through here.
+local function release_entry(id, by, tomb, touched)
+  local e
+  if EPOCH then e = load(id) end
+  if not e or (by ~= '' and e.o ~= by) then
+    if by ~= '' and EPOCH and tombed(id, 'f') then return 'f' end
+    return 'g'
+  end
+  if by ~= '' and e.z then
+    return tombed(id, 'f') and 'f' or 'g'
+  end
+  local was = e.s
+  if by ~= '' and ended(e) then was = tombed(id, 'f') and 'f' or 'g' end
+  remove(e, touched)
+  if e.o ~= by then told[#told + 1] = {e.o, e.id} end
+  if by == '' and tomb > 0 then entomb(id, 'f', tomb) end
+  return was
+end
+
 -- expire removes e, whose deadline passed, and counts it (unless it had
 -- ended).
 local function expire(e, touched)
@@ -585,7 +652,7 @@ end
 local function purge(key, touched)
   local r = kget(key)
   if #r.h == 0 then return r end
-  local dls = redis.call('ZMSCORE', K_DEADLINES, unpack(r.h))
+  local dls = mcall('ZMSCORE', K_DEADLINES, r.h)
   local dead = {}
   for i, id in ipairs(r.h) do
     if not dls[i] or tonumber(dls[i]) <= NOW then dead[#dead + 1] = id end
@@ -600,6 +667,16 @@ local function purge(key, touched)
     end
   end
   return r
+end
+
+-- stale reports whether the holders of a key record may include one that
+-- is gone: expired (the step's reap did not reach every expired entry),
+-- or without a record (deleted or damaged by hand). Checking costs a
+-- look at every holder, so on a key of more than PURGE_ALL holders it
+-- happens only when the reap left expired entries (a record lost by hand
+-- there waits for doctor --repair).
+local function stale(r)
+  return #r.h > 0 and (not REAPED or #r.h <= PURGE_ALL)
 end
 
 -- eligible: on every key of the waiting entry e, its holders plus the
@@ -636,23 +713,27 @@ local function scan(touched)
     for _, key in ipairs(keys) do
       done[key] = true
       local r = kget(key)
-      if r.w > 0 then r = purge(key, touched) end
+      if r.w > 0 and stale(r) then r = purge(key, touched) end
       local room = touched[key] - #r.h
-      local looked, from = 0, lo(key)
-      while room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
-        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room)
+      local looked, from, stop = 0, lo(key), false
+      while not stop and room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
+        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room + 100)
         if #members == 0 then break end
         for _, m in ipairs(members) do
-          looked, budget = looked + 1, budget - 1
           from = '(' .. m
           local seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
           if alive(id) then
-            room = room - 1
+            looked, budget, room = looked + 1, budget - 1, room - 1
             if not seen[id] then
               seen[id] = true
               cands[#cands + 1] = {tonumber(seq), id}
             end
-          else
+            if room == 0 or looked >= SCAN_MAX or budget == 0 then break end
+          elseif DEAD > 0 then
+            -- An expired waiter ahead stands in no one's way: removed, up
+            -- to DEAD_MAX a step; the rest wait for the next step, which
+            -- the caller asks for at once (MORE).
+            DEAD = DEAD - 1
             local e = load(id)
             if e then
               expire(e, touched)
@@ -664,6 +745,9 @@ local function scan(touched)
               r.w = r.w - 1
               kput(key)
             end
+          else
+            MORE, stop = true, true
+            break
           end
         end
       end
@@ -697,8 +781,11 @@ local function reap(ids)
     local e = load(id)
     if e then expire(e, touched) else redis.call('ZREM', K_DEADLINES, id) end
   end
+  local all = #ids < REAP_MAX
+  REAPED = REAPED or all
+  MORE = MORE or not all
   scan(touched)
-  return #ids < REAP_MAX, expired
+  return all, expired
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},

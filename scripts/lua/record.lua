@@ -38,16 +38,7 @@ if err then return err end
 if EPOCH then reap() end -- an entry past its deadline is gone, not released
 local touched, was, ids = {}, {}, {}
 for _, id in ipairs(list) do
-  local e
-  if EPOCH then e = load(id) end
-  if e and e.o == by then
-    was[#was + 1] = e.s
-    remove(e, touched)
-  elseif EPOCH and tombed(id, 'f') then
-    was[#was + 1] = 'f'
-  else
-    was[#was + 1] = 'g'
-  end
+  was[#was + 1] = release_entry(id, by, 0, touched)
 end
 if EPOCH then scan(touched) end
 redis.call('HSET', KEYS[8], call, value)

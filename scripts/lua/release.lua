@@ -76,20 +76,7 @@ if err then return err end
 local touched, was, ids = {}, {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
 for _, id in ipairs(list) do
-  local e
-  if EPOCH then e = load(id) end
-  if e and by ~= '' and e.z then
-    was[#was + 1] = 'g' -- ended already, kept for its revoked borrowers
-  elseif e and (by == '' or e.o == by) then
-    was[#was + 1] = (by ~= '' and ended(e)) and 'g' or e.s -- gone to its owner; held to an operator
-    remove(e, touched)
-    if e.o ~= by then told[#told + 1] = {e.o, e.id} end
-    if by == '' and tomb > 0 then entomb(id, 'f', tomb) end
-  elseif by ~= '' and EPOCH and tombed(id, 'f') then
-    was[#was + 1] = 'f'
-  else
-    was[#was + 1] = 'g'
-  end
+  was[#was + 1] = release_entry(id, by, by == '' and tomb or 0, touched)
   if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
 end
 if EPOCH then scan(touched) end

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// The tests of this file run the lanectl binary against miniredis and the
+// real Redis server (skipped when none answers): the key is held by the
+// test's own process, lanectl's --try runs in another.
+
+// TestLockTry: --try on a held key gives up at once (75, or
+// --conflict-exit-code), says who holds the key, and leaves no waiter; on
+// a free key it runs the command.
+func TestLockTry(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		lease := s.hold(t, "k")
+		for _, tt := range []struct {
+			flags []string
+			code  int
+		}{{nil, exitWaitTimeout}, {[]string{"--conflict-exit-code", "9"}, 9}, {[]string{"--conflict-exit-code", "0"}, 0}} {
+			args := s.args(append(append([]string{"lock", "--try"}, tt.flags...), "k", "--", "sh", "-c", "echo ran")...)
+			code, out, stderr := runBin(t, args...)
+			if code != tt.code || out != "" {
+				t.Errorf("lock --try %q on a held key = %d, stdout %q; want %d and the command not run", tt.flags, code, out, tt.code)
+			}
+			assertOneLine(t, stderr)
+			if want := "lanectl: k not granted at once (--try): k: held by test-host:4242 (test) for "; !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "lease left") {
+				t.Errorf("stderr = %q; want it to start %q and say the lease left", stderr, want)
+			}
+			snap := s.inspect(t)
+			if len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 || len(snap.Keys[0].Holders) != 1 || snap.Keys[0].Holders[0].ID != lease.ID() {
+				t.Errorf("Inspect() after lock --try = %+v; want k held by the test and no waiter left", snap.Keys)
+			}
+		}
+		// --json: the conflict is the JSON error, with its own code.
+		code, _, stderr := runBin(t, s.args("--json", "lock", "--try", "k", "--", "true")...)
+		if code != exitWaitTimeout {
+			t.Errorf("--json lock --try = %d; want %d", code, exitWaitTimeout)
+		}
+		assertJSONError(t, stderr, "conflict", exitWaitTimeout)
+
+		// A free key: granted in the step that enqueued it, the command runs.
+		code, out, stderr := runBin(t, s.args("lock", "--try", "free", "--", "sh", "-c", "echo ran")...)
+		if code != 0 || out != "ran\n" || stderr != "" {
+			t.Errorf("lock --try on a free key = %d, %q, stderr %q; want 0, the command's output, nothing", code, out, stderr)
+		}
+		// A key of limit 2 with one holder has room; with two it has none,
+		// and a request for both keys is granted neither.
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		sess := s.session(t)
+		for _, key := range []string{"two", "full", "full"} {
+			if _, err := sess.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: key, Limit: 2}}, Tool: "test"}); err != nil {
+				t.Fatalf("Acquire(%s) = %v", key, err)
+			}
+		}
+		if code, _, stderr := runBin(t, s.args("lock", "--try", "--limit", "2", "two", "--", "true")...); code != 0 {
+			t.Errorf("lock --try --limit 2 on a key with one holder = %d (%s); want 0", code, stderr)
+		}
+		code, _, stderr = runBin(t, s.args("lock", "--try", "--limit", "2", "two", "full", "--", "true")...)
+		if code != exitWaitTimeout || !strings.Contains(stderr, "full: held by 2 of 2, the longest by test-host:4242 (test)") {
+			t.Errorf("lock --try two full = %d, %q; want %d saying full is held by 2 of 2", code, stderr, exitWaitTimeout)
+		}
+		for _, k := range s.inspect(t).Keys {
+			if len(k.Waiters) != 0 || (k.Key == "two" && len(k.Holders) != 1) {
+				t.Errorf("key %s after lock --try = %d holders, %d waiters; want none left by lock", k.Key, len(k.Holders), len(k.Waiters))
+			}
+		}
+	})
+}
+
+// TestLockWaitConflictExitCode: --conflict-exit-code is also the status
+// of a --wait that ran out, as flock -E.
+func TestLockWaitConflictExitCode(t *testing.T) {
+	s := newMiniredis(t)
+	s.hold(t, "k")
+	code, _, stderr := runBin(t, s.args("lock", "--wait", "100ms", "--conflict-exit-code", "3", "k", "--", "true")...)
+	if code != 3 || stderr != "lanectl: waited 100ms for k: not granted\n" {
+		t.Errorf("lock --wait 100ms --conflict-exit-code 3 = %d, %q; want 3 and the wait's message", code, stderr)
+	}
+	if snap := s.inspect(t); len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 {
+		t.Errorf("Inspect() = %+v; want k held by the test, no waiter left", snap.Keys)
+	}
+}
+
+func TestLockTryBadFlags(t *testing.T) {
+	s := newMiniredis(t)
+	for _, args := range [][]string{
+		{"lock", "--try", "--wait", "1s", "k", "--", "true"},
+		{"lock", "--conflict-exit-code", "256", "k", "--", "true"},
+		{"lock", "--conflict-exit-code", "-1", "k", "--", "true"},
+	} {
+		code, _, stderr := runInProcess(t, s.args(args...)...)
+		if code != exitUsage {
+			t.Errorf("lanectl %q = %d; want %d", args, code, exitUsage)
+		}
+		assertOneLine(t, stderr)
+	}
+	s.assertEmpty(t)
+}

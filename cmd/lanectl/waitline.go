@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// waitLineEvery is how often `lock` looks at its keys to redraw its status
+// line: one inspect step of its keys each time.
+const waitLineEvery = 500 * time.Millisecond
+
+// ansiLineStart takes the cursor back to the start of the line; the wait
+// line then clears what is left of it (ansiClearLine).
+const ansiLineStart = "\r"
+
+// waitLine keeps one status line on a terminal up to date while `lock`
+// waits: for each key, the entry's place in the queue, who holds the key,
+// for how long and how much of their lease is left. It writes only to its
+// terminal, redraws the line in place, and clears it when it stops.
+type waitLine struct {
+	w     io.Writer
+	width func() int // the terminal's width; 0 when unknown
+	look  func(context.Context) (*lanes.Snapshot, error)
+	id    string // the waiting entry
+	keys  []string
+
+	stopOnce sync.Once
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// start draws the line at once and then every waitLineEvery, until stop.
+func (l *waitLine) start(ctx context.Context) {
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	begin := time.Now()
+	go func() {
+		defer close(l.done)
+		drawn := false
+		defer func() {
+			if drawn {
+				_, _ = io.WriteString(l.w, ansiLineStart+ansiClearLine)
+			}
+		}()
+		tick := time.NewTicker(waitLineEvery)
+		defer tick.Stop()
+		for {
+			lctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			snap, err := l.look(lctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				line := waitText(snap, l.id, l.keys, time.Since(begin))
+				if w := l.width(); w > 1 {
+					line = clip(line, w-1) // the last column would wrap on some terminals
+				}
+				if _, err := io.WriteString(l.w, ansiLineStart+line+ansiClearLine); err == nil {
+					drawn = true
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+}
+
+// stop ends the redraws and clears the line; once it returns, nothing more
+// is written. A waitLine never started stops at once.
+func (l *waitLine) stop() {
+	if l == nil || l.cancel == nil {
+		return
+	}
+	l.stopOnce.Do(func() {
+		l.cancel()
+		<-l.done
+	})
+}
+
+// waitText says where entry id stands on keys in snap, after waiting for
+// waited:
+//
+//	lanectl: waiting 3.2s for report: 2nd in line, held by build-7:4242 (make) for 1m3s, lease left 8.2s
+//
+// with one such part per key, separated by "; ".
+func waitText(snap *lanes.Snapshot, id string, keys []string, waited time.Duration) string {
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, cell(k)+": "+keyWaitText(snap, id, k))
+	}
+	return fmt.Sprintf("lanectl: waiting %s for %s", humanDuration(waited), strings.Join(parts, "; "))
+}
+
+// keyWaitText says where entry id stands on key in snap, and who holds it.
+func keyWaitText(snap *lanes.Snapshot, id, key string) string {
+	ks := keyState(snap, key)
+	if ks == nil {
+		return "free"
+	}
+	place := "not in line"
+	for _, w := range ks.Waiters {
+		if w.ID == id {
+			place = ordinal(w.Position) + " in line"
+			break
+		}
+	}
+	for _, h := range ks.Holders {
+		if h.ID == id {
+			return "granted"
+		}
+	}
+	return place + ", " + holdText(snap, ks)
+}
+
+// takenText says why a request for keys cannot be granted now, for `lock
+// --try`: who holds each key and how many wait before entry id.
+func takenText(snap *lanes.Snapshot, id string, keys []string) string {
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		ks := keyState(snap, k)
+		if ks == nil {
+			continue
+		}
+		text := holdText(snap, ks)
+		ahead := 0
+		for _, w := range ks.Waiters {
+			if w.ID == id {
+				break
+			}
+			ahead++
+		}
+		if ahead > 0 {
+			text += fmt.Sprintf(", %s before", plural(ahead, "waiter"))
+		}
+		parts = append(parts, cell(k)+": "+text)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// keyState returns key's state in snap, nil when it has no holder and no
+// waiter.
+func keyState(snap *lanes.Snapshot, key string) *lanes.KeyState {
+	for i := range snap.Keys {
+		if snap.Keys[i].Key == key {
+			return &snap.Keys[i]
+		}
+	}
+	return nil
+}
+
+// holdText says who holds a key (its first holder, when the limit allows
+// more), for how long, and how much of the lease is left.
+func holdText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
+	if len(ks.Holders) == 0 {
+		return "no holder yet"
+	}
+	h := ks.Holders[0] // the longest held
+	who := owner(h.Owner.Host, h.Owner.PID)
+	if what := entryWhat(h.Entry); what != "" {
+		who += " (" + what + ")"
+	}
+	held := "held by " + who
+	if ks.Limit > 1 || len(ks.Holders) > 1 {
+		held = fmt.Sprintf("held by %d of %d, the longest by %s", len(ks.Holders), ks.Limit, who)
+	}
+	return fmt.Sprintf("%s for %s, lease left %s", held, humanDuration(snap.Time.Sub(h.Granted)), humanDuration(h.Expires.Sub(snap.Time)))
+}
+
+// entryWhat names what an entry runs, for people: the command of a `lanectl
+// lock`, else its tool and call id.
+func entryWhat(e lanes.Entry) string {
+	if c := lockCommand(e); c != "" {
+		return cell(c)
+	}
+	switch {
+	case e.Tool != "" && e.CallID != "":
+		return cell(e.Tool) + " " + cell(e.CallID)
+	case e.Tool != "":
+		return cell(e.Tool)
+	case e.CallID != "":
+		return cell(e.CallID)
+	}
+	return ""
+}
+
+// ordinal writes n as 1st, 2nd, 3rd, 4th, 11th, 21st...
+func ordinal(n int) string {
+	suffix := "th"
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+	case n%10 == 1:
+		suffix = "st"
+	case n%10 == 2:
+		suffix = "nd"
+	case n%10 == 3:
+		suffix = "rd"
+	}
+	return strconv.Itoa(n) + suffix
+}

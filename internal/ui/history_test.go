@@ -1,0 +1,140 @@
+package ui
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// These tests feed the history snapshots made by hand (no backend), to pin
+// down what it infers from two looks.
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func entry(id string, enq int, keys ...string) lanes.Entry {
+	e := lanes.Entry{ID: id, Owner: lanes.Owner{Host: "h", PID: 1}, Tool: "t", Enqueued: at(enq)}
+	for _, k := range keys {
+		e.Lanes = append(e.Lanes, lanes.Lane{Key: k, Limit: 1})
+	}
+	return e
+}
+
+func holder(e lanes.Entry, token uint64, granted, expires int) lanes.Holder {
+	return lanes.Holder{Entry: e, Token: token, Granted: at(granted), Expires: at(expires)}
+}
+
+func snapAt(ms int, keys ...lanes.KeyState) *lanes.Snapshot {
+	return &lanes.Snapshot{Time: at(ms), Keys: keys}
+}
+
+func TestHistoryHandOffEndsTheHoldExactly(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	a, b := entry("a", 0, "k"), entry("b", 50, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)},
+		Waiters: []lanes.Waiter{{Entry: b, Position: 1, Expires: at(5000)}}}))
+	// a released at 180, which granted b: the next look, at 350, sees b.
+	h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(b, 2, 180, 5000)}}))
+	spans, first, last := h.spans("k", at(0))
+	if len(spans) != 2 || first != at(100) || last != at(350) {
+		t.Fatalf("spans() = %+v, %v, %v; want a and b, first look 100, last 350", spans, first, last)
+	}
+	sa, sb := spans[0], spans[1]
+	if sa.Entry != "a" || sa.GoneBy != at(180) || !sa.EndExact || sa.SeenUntil != at(100) || sa.Expired {
+		t.Errorf("a's span = %+v; want gone exactly at b's grant (180), seen until 100, not expired", sa)
+	}
+	if sb.Entry != "b" || sb.Enqueued != at(50) || sb.Granted != at(180) || !sb.Open() || sb.Token != 2 {
+		t.Errorf("b's span = %+v; want enqueued 50, granted 180, token 2, open", sb)
+	}
+}
+
+func TestHistoryEndBetweenLooksWhenNoHandOff(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	a := entry("a", 0, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 2, Holders: []lanes.Holder{holder(a, 1, 0, 5000)}}))
+	// On a key of limit 2, a holder granted meanwhile does not tell when a left.
+	c := entry("c", 200, "k")
+	h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 2, Holders: []lanes.Holder{holder(c, 2, 200, 5000)}}))
+	spans, _, _ := h.spans("k", at(0))
+	if sa := spans[0]; sa.Entry != "a" || sa.SeenUntil != at(100) || sa.GoneBy != at(350) || sa.EndExact {
+		t.Errorf("a's span = %+v; want gone between the looks at 100 and 350, not exact", sa)
+	}
+}
+
+func TestHistoryKeyFreedThenTakenBoundsTheEndButIsNotExact(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	a := entry("a", 0, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)}}))
+	// c enqueued at 250 and was granted at once: a had left by then.
+	c := entry("c", 250, "k")
+	h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(c, 2, 250, 5000)}}))
+	spans, _, _ := h.spans("k", at(0))
+	if sa := spans[0]; sa.GoneBy != at(250) || sa.EndExact {
+		t.Errorf("a's span = %+v; want gone by c's grant (250), not exact (c never waited)", sa)
+	}
+}
+
+func TestHistoryMarksAnExpiredLease(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	a := entry("a", 0, "k")
+	s1 := snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 300)}})
+	h.observe(s1)
+	s2 := snapAt(400)
+	s2.Stats.ExpiredHolders = 1
+	h.observe(s2)
+	spans, _, _ := h.spans("k", at(0))
+	if !spans[0].Expired {
+		t.Errorf("a's span = %+v; want expired (gone after its deadline while expired_holders grew)", spans[0])
+	}
+}
+
+func TestHistoryWaiterThatLeftIsNotAHold(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	a, b := entry("a", 0, "k"), entry("b", 50, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)},
+		Waiters: []lanes.Waiter{{Entry: b, Position: 1}}}))
+	h.observe(snapAt(200, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)}}))
+	spans, _, _ := h.spans("k", at(0))
+	if sb := spans[1]; sb.Entry != "b" || !sb.Granted.IsZero() || sb.GoneBy != at(200) {
+		t.Errorf("b's span = %+v; want never granted, gone by 200", sb)
+	}
+	if v := spanView(spans[1]); v.State != "left" {
+		t.Errorf("b's state = %q; want left", v.State)
+	}
+}
+
+func TestHistoryKeepsAtMostMaxSpans(t *testing.T) {
+	const max = 5
+	h := newHistory(max, time.Hour)
+	for i := range 12 {
+		e := entry(fmt.Sprint("e", i), 10*i, "k")
+		h.observe(snapAt(10*i+1, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(e, uint64(i+1), 10*i, 99999)}}))
+	}
+	h.observe(snapAt(1000))
+	spans, _, _ := h.spans("k", at(0))
+	if len(spans) != max {
+		t.Fatalf("spans() has %d spans; want the newest %d", len(spans), max)
+	}
+	for i, s := range spans {
+		if want := fmt.Sprint("e", 12-max+i); s.Entry != want {
+			t.Errorf("spans()[%d] = %s; want %s (the oldest dropped first)", i, s.Entry, want)
+		}
+	}
+}
+
+func TestHistoryDropsWhatEndedBeforeItsWindow(t *testing.T) {
+	h := newHistory(100, time.Second)
+	a := entry("a", 0, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 99999)}}))
+	h.observe(snapAt(200)) // a gone by 200
+	if spans, _, _ := h.spans("k", at(0)); len(spans) != 1 {
+		t.Fatalf("spans() = %+v; want a's", spans)
+	}
+	h.observe(snapAt(1300)) // 1.1s after a left: past the window
+	if spans, _, _ := h.spans("k", at(0)); len(spans) != 0 {
+		t.Errorf("spans() = %+v; want none: a ended more than the history's window ago", spans)
+	}
+}
