@@ -416,8 +416,9 @@ func aclWithPassword(words []string, password string) []string {
 // (redislane), the fencing guard and lanectl.
 var aclPackages = []string{"github.com/lanes-dev/lanes/redislane", "github.com/lanes-dev/lanes/fencing", "github.com/lanes-dev/lanes/cmd/lanectl"}
 
-// aclNotCommands are go-redis methods that send no command of their own.
-var aclNotCommands = map[string]bool{"close": true, "foreachmaster": true, "foreachshard": true, "foreachslave": true,
+// aclNotCommands are go-redis methods that send no command of their own
+// (masterforkey reads the cluster client's slot map).
+var aclNotCommands = map[string]bool{"close": true, "foreachmaster": true, "foreachshard": true, "foreachslave": true, "masterforkey": true,
 	"channel": true, "channelwithsubscriptions": true, "receive": true, "receivemessage": true, "receivetimeout": true,
 	"options": true, "poolstats": true, "addhook": true, "string": true, "hash": true}
 

@@ -534,8 +534,9 @@ func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, key
 }
 
 // call runs the script name once: as a function of the Functions library
-// (FCALL; lua.Library), loaded at the first "not found", where the server
-// has Functions (Redis 7); else by EVALSHA, with EVAL on NOSCRIPT.
+// (FCALL; lua.Library), loaded at each "not found" where the keys live
+// (loadLibrary), where the server has Functions (Redis 7); else by
+// EVALSHA, with EVAL on NOSCRIPT.
 func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if b.functions.Load() >= 0 {
 		fn := lua.Function(name + ".lua")
@@ -545,17 +546,21 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 			return v, err
 		}
 		if !unknownCommand(err) {
-			_, code := lua.Library()
-			if lerr := b.c.FunctionLoad(ctx, code).Err(); lerr == nil || strings.Contains(lerr.Error(), "already exists") {
+			lerr := b.loadLibrary(ctx, keys[0])
+			if lerr == nil {
 				v, err = b.c.FCall(ctx, fn, keys, args...).Result()
 				if err == nil || !noFunction(err) {
 					b.functions.Store(1)
 					return v, err
 				}
+			} else if loadPasses(lerr) {
+				// Not loaded this time (a failover, a lost connection):
+				// this step runs as a script, the next tries again.
+				return s.Run(ctx, b.c, keys, args...).Result()
 			}
 		}
-		// No Functions here (Redis 6, miniredis, a cluster node that did
-		// not take the library, an ACL without FUNCTION): scripts only.
+		// No Functions here (Redis 6, miniredis, an ACL without FCALL or
+		// FUNCTION, a library the server refuses): scripts only.
 		b.functions.Store(-1)
 	}
 	return s.Run(ctx, b.c, keys, args...).Result()

@@ -59,8 +59,10 @@ const (
 	exitNoPerm = 77
 	// exitConfig (EX_CONFIG): Redis is set up in a way lanes refuses: a
 	// maxmemory-policy that may evict its keys (redislane.ErrEvictable;
-	// --allow-eviction accepts it), or a namespace held by another version
-	// of lanes (redislane.ErrProtocol).
+	// --allow-eviction accepts it), a namespace held by another version
+	// of lanes (redislane.ErrProtocol), a Redis Cluster node spoken to as
+	// one server (MOVED, ASK) or keys spread over slots (CROSSSLOT), or a
+	// master name no Sentinel knows.
 	exitConfig = 78
 
 	// exitLeaseLost: the lease was lost while the command ran; the command
@@ -141,7 +143,8 @@ func classify(err error) (int, string) {
 		code = exitUsage
 	case permissionDenied(err):
 		code = exitNoPerm
-	case errors.Is(err, redislane.ErrEvictable), errors.Is(err, redislane.ErrProtocol):
+	case errors.Is(err, redislane.ErrEvictable), errors.Is(err, redislane.ErrProtocol),
+		errors.As(err, new(*configError)), misrouted(err) != "":
 		code = exitConfig
 	case errors.Is(err, lanes.ErrUnavailable):
 		code = exitUnavailable

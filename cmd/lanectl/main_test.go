@@ -58,7 +58,7 @@ type server struct {
 	name string // "miniredis" or "redis"
 	url  string
 	ns   string
-	c    *redis.Client
+	c    redis.UniversalClient
 	b    *redislane.Backend
 
 	closed bool

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -23,18 +24,44 @@ const defaultRedisURL = "redis://127.0.0.1:6379"
 const redacted = "xxxxx"
 
 // redactURL returns raw with its password replaced by xxxxx, so it can be
-// printed. It works on URLs that do not parse too: a malformed URL is shown
-// in an error message, and its password must not be.
+// printed: the one of the user part and that of a password= query
+// parameter (a Sentinel URL's master password). It works on URLs that do
+// not parse too: a malformed URL is shown in an error message, and its
+// password must not be.
 func redactURL(raw string) string {
 	// Without "://", url.Parse reads "user:pw@host" as a scheme and an
 	// opaque rest, and Redacted keeps the password.
 	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
+		u.RawQuery = redactQuery(u.RawQuery)
 		return u.Redacted()
 	}
 	if i, j, ok := passwordSpan(raw); ok {
-		return raw[:i] + redacted + raw[j:]
+		raw = raw[:i] + redacted + raw[j:]
+	}
+	if q := strings.Index(raw, "?"); q >= 0 {
+		raw = raw[:q+1] + redactQuery(raw[q+1:])
 	}
 	return raw
+}
+
+// redactQuery returns the query q with the value of every password
+// parameter replaced by xxxxx, the rest as written.
+func redactQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		if k, _, ok := strings.Cut(p, "="); ok && queryKey(k) == "password" {
+			parts[i] = k + "=" + redacted
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// queryKey returns a query parameter's name as go-redis reads it.
+func queryKey(k string) string {
+	if u, err := url.QueryUnescape(k); err == nil {
+		return u
+	}
+	return k
 }
 
 // passwordSpan finds the password of a URL by hand, for one that does not
@@ -65,6 +92,11 @@ func redactSecret(msg, rawURL string) string {
 		if p, ok := u.User.Password(); ok {
 			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
 		}
+		for _, p := range strings.Split(u.RawQuery, "&") {
+			if k, v, ok := strings.Cut(p, "="); ok && queryKey(k) == "password" {
+				secrets = append(secrets, v, queryKey(v))
+			}
+		}
 	} else if i, j, ok := passwordSpan(rawURL); ok {
 		secrets = append(secrets, rawURL[i:j])
 	}
@@ -89,27 +121,144 @@ func parseRedisURL(raw string) (*redis.Options, error) {
 func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 	opt, err := redis.ParseURL(raw)
 	if err != nil {
-		// url.Parse's errors quote the whole URL, password and all: keep
-		// only the reason.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		reason := redactSecret(err.Error(), raw)
-		if !strings.Contains(raw, "://") {
-			reason = strings.ReplaceAll(reason, raw, redacted)
-		}
-		return nil, usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
+		return nil, badURL(err, raw, what)
 	}
-	if _, port, err := net.SplitHostPort(opt.Addr); err == nil {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, usageErrorf("bad %s: port %q is not 1 to 65535", what, port)
-		}
+	if err := checkPort(opt.Addr, what); err != nil {
+		return nil, err
 	}
 	if opt.DB < 0 {
 		return nil, usageErrorf("bad %s: database %d is negative", what, opt.DB)
 	}
 	return opt, nil
+}
+
+// badURL is the usageError of a URL that go-redis refused, with the
+// reason only: url.Parse's errors quote the whole URL, password and all.
+func badURL(err error, raw, what string) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	reason := redactSecret(err.Error(), raw)
+	if !strings.Contains(raw, "://") {
+		reason = strings.ReplaceAll(reason, raw, redacted)
+	}
+	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
+}
+
+// checkPort refuses an address whose port is not 1 to 65535.
+func checkPort(addr, what string) error {
+	if _, port, err := net.SplitHostPort(addr); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return usageErrorf("bad %s: port %q is not 1 to 65535", what, port)
+		}
+	}
+	return nil
+}
+
+// redisTarget is what a Redis URL names, in the forms go-redis parses:
+// one server (redis.ParseURL), a Redis Cluster through seed nodes
+// (redis.ParseClusterURL: addr= query parameters), or the master that
+// Sentinels name (redis.ParseFailoverURL: master_name=). Exactly one of
+// its options is set.
+type redisTarget struct {
+	single   *redis.Options
+	cluster  *redis.ClusterOptions
+	failover *redis.FailoverOptions
+
+	raw, what string // the URL and how errors name it
+}
+
+// parseRedisTarget parses a Redis URL of any form: master_name= makes it a
+// Sentinel URL (the host and any addr= are Sentinels; the user and
+// password of the URL are the Sentinels', those of the master come from
+// username= and password=), addr= without master_name= a Cluster URL (the
+// host and every addr= are seed nodes), anything else one server's.
+func parseRedisTarget(raw, what string) (*redisTarget, error) {
+	t := &redisTarget{raw: raw, what: what}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		// unix://, or a mistake whose error parseRedisURLFrom words.
+		if t.single, err = parseRedisURLFrom(raw, what); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+	switch q := u.Query(); {
+	case q.Has("master_name"):
+		opt, err := redis.ParseFailoverURL(raw)
+		if err != nil {
+			return nil, badURL(err, raw, what)
+		}
+		if opt.MasterName == "" {
+			return nil, usageErrorf("bad %s: master_name is empty; it names the master the Sentinels watch", what)
+		}
+		if opt.DB < 0 {
+			return nil, usageErrorf("bad %s: database %d is negative", what, opt.DB)
+		}
+		for _, a := range opt.SentinelAddrs {
+			if err := checkPort(a, what); err != nil {
+				return nil, err
+			}
+		}
+		t.failover = opt
+	case q.Has("addr"):
+		return t.asCluster(u)
+	default:
+		t.single, err = parseRedisURLFrom(raw, what)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// asCluster makes t a Cluster target: seed nodes, database 0 only.
+func (t *redisTarget) asCluster(u *url.URL) (*redisTarget, error) {
+	opt, err := redis.ParseClusterURL(t.raw)
+	if err != nil {
+		return nil, badURL(err, t.raw, t.what)
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		return nil, usageErrorf("bad %s: database %q: a Redis Cluster has only database 0", t.what, db)
+	}
+	for _, a := range opt.Addrs {
+		if err := checkPort(a, t.what); err != nil {
+			return nil, err
+		}
+	}
+	t.single, t.cluster = nil, opt
+	return t, nil
+}
+
+// seedOf returns the Cluster target whose seed is t's one server: the
+// same URL read by redis.ParseClusterURL, for a server that says it is a
+// cluster node (cluster_enabled:1). The CAs of t are kept.
+func (t *redisTarget) seedOf() (*redisTarget, error) {
+	u, err := url.Parse(t.raw)
+	if err != nil {
+		return nil, badURL(err, t.raw, t.what)
+	}
+	c, err := (&redisTarget{raw: t.raw, what: t.what}).asCluster(u)
+	if err != nil {
+		return nil, usageErrorf("%s names a Redis Cluster node (cluster_enabled:1), used as a seed: %s", redactURL(t.raw), strings.TrimPrefix(err.Error(), "bad "+t.what+": "))
+	}
+	if tls := t.tlsConfig(); tls != nil && c.cluster.TLSConfig != nil {
+		c.cluster.TLSConfig.RootCAs = tls.RootCAs
+	}
+	return c, nil
+}
+
+// tlsConfig returns the TLS configuration of t, nil without TLS.
+func (t *redisTarget) tlsConfig() *tls.Config {
+	switch {
+	case t.cluster != nil:
+		return t.cluster.TLSConfig
+	case t.failover != nil:
+		return t.failover.TLSConfig
+	default:
+		return t.single.TLSConfig
+	}
 }
 
 // schemeHint suggests the URL a bare host:port meant: "; did you mean
@@ -181,10 +330,10 @@ func pathReason(err error) error {
 	return err
 }
 
-// redisOptions returns the client options of the server the global flags
-// name: the URL of --redis, or the one read from --redis-url-file, with
-// the CAs of --redis-ca-file trusted for TLS.
-func (g *globalOptions) redisOptions() (*redis.Options, error) {
+// redisTarget returns what the global flags name: the URL of --redis, or
+// the one read from --redis-url-file, with the CAs of --redis-ca-file
+// trusted for TLS, whichever its form.
+func (g *globalOptions) redisTarget() (*redisTarget, error) {
 	what := fmt.Sprintf("--redis URL %q", redactURL(g.redisURL))
 	if g.urlFile != "" {
 		raw, err := readURLFile(g.urlFile, g.urlFileFrom)
@@ -194,14 +343,15 @@ func (g *globalOptions) redisOptions() (*redis.Options, error) {
 		g.redisURL = raw // from now on, its password is redacted from errors
 		what = fmt.Sprintf("Redis URL in %s %s", g.urlFileFrom, g.urlFile)
 	}
-	opt, err := parseRedisURLFrom(g.redisURL, what)
+	t, err := parseRedisTarget(g.redisURL, what)
 	if err != nil {
 		return nil, err
 	}
 	if g.caFile != "" {
-		if opt.TLSConfig == nil {
+		tc := t.tlsConfig()
+		if tc == nil {
 			if g.caFileFrom != "--redis-ca-file" {
-				return opt, nil // a variable set for other servers: not for this one
+				return t, nil // a variable set for other servers: not for this one
 			}
 			return nil, usageErrorf("--redis-ca-file is for TLS servers, and %s is not one (rediss:// is)", redactURL(g.redisURL))
 		}
@@ -209,7 +359,7 @@ func (g *globalOptions) redisOptions() (*redis.Options, error) {
 		if err != nil {
 			return nil, err
 		}
-		opt.TLSConfig.RootCAs = pool
+		tc.RootCAs = pool
 	}
-	return opt, nil
+	return t, nil
 }

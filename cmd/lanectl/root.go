@@ -106,34 +106,29 @@ func (g *globalOptions) server() string { return redactURL(g.redisURL) }
 // returned function closes the connection; call it once done.
 type opener func(ctx context.Context) (lanes.Backend, func(), error)
 
-// open is the opener of lanectl: a redislane Backend on the --redis server,
-// checked with a PING so that an unreachable server is reported at once.
+// open is the opener of lanectl: a redislane Backend on the --redis server
+// (one server, a Cluster or a Sentinel's master: connect), checked with a
+// round trip so that an unreachable server is reported at once.
 func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error) {
-	opt, err := g.redisOptions()
+	t, err := g.redisTarget()
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := lanes.ValidateNamespace(g.namespace); err != nil {
 		return nil, nil, usageErrorf("bad --namespace: %s", describe(err))
 	}
-	c := redis.NewClient(opt)
 	var opts []redislane.Option
 	if g.allowEviction || g.getenv("LANES_ALLOW_EVICTION") == "1" {
 		opts = append(opts, redislane.WithEvictionAllowed())
+	}
+	c, err := g.connect(ctx, t, g.namespace)
+	if err != nil {
+		return nil, nil, err
 	}
 	b, err := redislane.New(c, g.namespace, opts...)
 	if err != nil {
 		c.Close()
 		return nil, nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		c.Close()
-		if ctx.Err() != nil {
-			return nil, nil, context.Cause(ctx)
-		}
-		return nil, nil, &unreachableError{url: redactURL(g.redisURL), err: err}
 	}
 	return b, func() {
 		b.Close()
@@ -171,6 +166,9 @@ type unreachableError struct {
 }
 
 func (e *unreachableError) Error() string {
+	if m := misrouted(e.err); m != "" {
+		return fmt.Sprintf("Redis at %s %s", e.url, m)
+	}
 	if noSuchDatabase(e.err) {
 		return fmt.Sprintf("Redis at %s has no such database (%v): the number after the URL's last / must be below the server's \"databases\" setting (16 by default)", e.url, e.err)
 	}
@@ -195,7 +193,9 @@ func newRootCommand(g *globalOptions, relay *signalRelay) *cobra.Command {
 		Long: `lanectl inspects and uses lanes, bounded FIFO resources shared through Redis.
 
 The server comes from --redis or --redis-url-file, else $LANES_REDIS_URL or
-$LANES_REDIS_URL_FILE, else ` + defaultRedisURL + `; the namespace from
+$LANES_REDIS_URL_FILE, else ` + defaultRedisURL + `: one server, a Redis
+Cluster (any node's URL; more seed nodes with addr=HOST:PORT) or the master
+Sentinels name (redis://SENTINEL:26379?master_name=NAME); the namespace from
 --namespace, else $LANES_NAMESPACE, else "default". A rediss:// server's
 certificate is checked against the system's CAs, or those of --redis-ca-file
 ($LANES_REDIS_CA_FILE).
@@ -227,7 +227,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		return &usageError{msg: err.Error(), showUsage: true}
 	})
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.redisURL, "redis", "", `Redis URL, redis:// or rediss:// (TLS), user and password in the URL (default $LANES_REDIS_URL, else `+defaultRedisURL+`)`)
+	pf.StringVar(&g.redisURL, "redis", "", `Redis URL, redis:// or rediss:// (TLS), user and password in the URL; a Cluster: any node, more with addr=HOST:PORT; Sentinel: a Sentinel's address and master_name=NAME (default $LANES_REDIS_URL, else `+defaultRedisURL+`)`)
 	pf.StringVar(&g.urlFile, "redis-url-file", "", `file holding the Redis URL, so that its password is not in the command line (default $LANES_REDIS_URL_FILE)`)
 	pf.StringVar(&g.caFile, "redis-ca-file", "", `PEM file of the CA certificates a rediss:// server's certificate must chain to (default $LANES_REDIS_CA_FILE, else the system's)`)
 	pf.StringVar(&g.namespace, "namespace", "", `namespace of the lanes (default $LANES_NAMESPACE, else "default")`)

@@ -24,9 +24,17 @@ type Cluster struct {
 // skips tb when redis-server is missing.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return StartClusterWith(tb, n, ServerOptions{})
+}
+
+// StartClusterWith is StartCluster with every node started with opts
+// (TLS...), cluster-enabled.
+func StartClusterWith(tb testing.TB, n int, opts ServerOptions) *Cluster {
+	tb.Helper()
+	opts.Cluster = true
 	cl := &Cluster{}
 	for range n {
-		cl.Nodes = append(cl.Nodes, StartServer(tb, ServerOptions{Cluster: true}))
+		cl.Nodes = append(cl.Nodes, StartServer(tb, opts))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -79,7 +87,7 @@ func (cl *Cluster) Addrs() []string {
 
 // Client returns a cluster client of every node, closed when tb ends.
 func (cl *Cluster) Client(tb testing.TB) *redis.ClusterClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), TLSConfig: cl.Nodes[0].opts.TLS.Config()})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -37,6 +37,15 @@ type ServerOptions struct {
 	Cluster   bool     // --cluster-enabled yes
 	ReplicaOf string   // host:port of the master to replicate, or ""
 	Extra     []string // more arguments
+	// Config is the text of a config file written to the server's
+	// directory and given first (Sentinel rewrites its own), or "".
+	Config string
+	// Sentinel runs redis-server --sentinel (it needs a Config to rewrite).
+	Sentinel bool
+	// TLS, when set, makes the server speak TLS only (its Port is a
+	// --tls-port; the cluster bus and replication use TLS too), and the
+	// test's clients of it trust TLS.CA.
+	TLS *TLSFiles
 }
 
 // Server is a redis-server process on a loopback port that a test owns: it
@@ -68,6 +77,9 @@ func StartServer(tb testing.TB, opts ServerOptions) *Server {
 			return s
 		}
 	}
+	if opts.TLS != nil && strings.Contains(err.Error(), "Bad directive") {
+		redistest.Unavailable(tb, "redis-server was built without TLS: %v", err)
+	}
 	tb.Fatalf("starting redis-server: %v", err)
 	return nil
 }
@@ -83,9 +95,22 @@ func FreePort() (int, error) {
 }
 
 func (s *Server) args() []string {
-	a := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--dir", s.Dir,
+	var a []string
+	if s.opts.Config != "" {
+		a = append(a, filepath.Join(s.Dir, "redis.conf"))
+		if s.opts.Sentinel {
+			a = append(a, "--sentinel")
+		}
+	}
+	if t := s.opts.TLS; t != nil {
+		a = append(a, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", t.Cert, "--tls-key-file", t.Key,
+			"--tls-ca-cert-file", t.CA, "--tls-auth-clients", "no", "--tls-cluster", "yes", "--tls-replication", "yes")
+	} else {
+		a = append(a, "--port", strconv.Itoa(s.Port))
+	}
+	a = append(a, "--bind", "127.0.0.1", "--dir", s.Dir,
 		"--save", "", "--daemonize", "no", "--protected-mode", "no",
-		"--logfile", filepath.Join(s.Dir, "redis.log")}
+		"--logfile", filepath.Join(s.Dir, "redis.log"))
 	if s.opts.AOF {
 		a = append(a, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
@@ -104,22 +129,37 @@ func (s *Server) args() []string {
 
 // start runs redis-server and waits until it answers PING.
 func (s *Server) start() error {
+	conf := filepath.Join(s.Dir, "redis.conf")
+	if _, err := os.Stat(conf); s.opts.Config != "" && err != nil {
+		// Written once: a restarted Sentinel keeps what it rewrote.
+		if err := os.WriteFile(conf, []byte(s.opts.Config), 0o600); err != nil {
+			return err
+		}
+	}
 	cmd := exec.Command(s.bin, s.args()...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A bad option is told on stderr, before the log file is opened.
+	stderr, err := os.Create(filepath.Join(s.Dir, "stderr.log"))
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	s.cmd, s.done = cmd, done
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, TLSConfig: s.opts.TLS.Config()})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		select {
 		case <-done:
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
-			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, lastLines(string(log), 5))
+			errs, _ := os.ReadFile(filepath.Join(s.Dir, "stderr.log"))
+			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, lastLines(string(errs)+string(log), 5))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -145,12 +185,17 @@ func lastLines(s string, n int) string {
 // Addr returns host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 
-// URL returns the redis:// URL of the server.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL returns the redis:// URL of the server, rediss:// with TLS.
+func (s *Server) URL() string {
+	if s.opts.TLS != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
 // Client returns a new client of the server, closed when the test ends.
 func (s *Server) Client() *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), DialTimeout: time.Second, TLSConfig: s.opts.TLS.Config()})
 	s.tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/redislane"
+)
+
+// connect returns a client of what t names, checked with one round trip
+// bounded by connectTimeout, so that an unreachable server is reported at
+// once (an unreachableError). A one-server URL whose server says it is a
+// Redis Cluster node (INFO: cluster_enabled:1) gets a cluster client with
+// that server as its seed; a server that refuses INFO (an ACL, miniredis)
+// is taken as one server, and PINGed instead. ns is the namespace lanectl
+// works on.
+func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) (redis.UniversalClient, error) {
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	switch {
+	case t.cluster != nil:
+		return g.check(ctx, pctx, redis.NewClusterClient(t.cluster))
+	case t.failover != nil:
+		c, err := g.check(ctx, pctx, redis.NewFailoverClient(t.failover))
+		if err != nil && errors.Is(err, redis.Nil) {
+			// go-redis's "all sentinels are unreachable: redis: nil": the
+			// Sentinels answered, and none knows the master's name.
+			return nil, &configError{fmt.Sprintf("no Sentinel at %s knows a master named %q (master_name=)", redactURL(g.redisURL), t.failover.MasterName)}
+		}
+		return c, err
+	}
+	probe := *t.single
+	probe.DB = 0 // a cluster node refuses SELECT: ask before choosing a database
+	c := redis.NewClient(&probe)
+	info, err := c.Info(pctx, "cluster").Result()
+	var reply redis.Error
+	switch {
+	case errors.As(err, &reply):
+		// INFO refused (an ACL, a managed service, miniredis): cannot
+		// tell, so one server, unless a read of the namespace's first key
+		// meets MOVED (a cluster node that does not own its slot), which
+		// would otherwise surface only at the first step, after retries.
+		c.Close()
+		c, err := g.check(ctx, pctx, redis.NewClient(t.single))
+		if err != nil {
+			return nil, err
+		}
+		b, err := redislane.New(c, ns)
+		if err == nil {
+			err = c.Exists(pctx, b.Keys()[0]).Err()
+		}
+		if m := misrouted(err); m != "" {
+			c.Close()
+			return nil, &unreachableError{url: redactURL(g.redisURL), err: err}
+		}
+		return c, nil
+	case err != nil:
+		c.Close()
+		return nil, g.connectError(ctx, err)
+	case strings.Contains(info, "cluster_enabled:1"):
+		c.Close()
+		seed, err := t.seedOf()
+		if err != nil {
+			return nil, err
+		}
+		return g.check(ctx, pctx, redis.NewClusterClient(seed.cluster))
+	case t.single.DB != 0:
+		c.Close()
+		return g.check(ctx, pctx, redis.NewClient(t.single))
+	}
+	return c, nil
+}
+
+// check PINGs c within pctx, a bound of ctx, and returns it, or closes it
+// and returns why it cannot be used.
+func (g *globalOptions) check(ctx, pctx context.Context, c redis.UniversalClient) (redis.UniversalClient, error) {
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, g.connectError(ctx, err)
+	}
+	return c, nil
+}
+
+// connectError is the error of a first contact that failed with err: the
+// cause of ctx when it ended, else an unreachableError.
+func (g *globalOptions) connectError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return &unreachableError{url: redactURL(g.redisURL), err: err}
+}
+
+// configError is a Redis set up otherwise than its URL says (exit 78).
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
+
+// misrouted returns what a Redis Cluster's refusal in err says, "" when
+// err holds none: MOVED or ASK (a key lives on another node: lanectl talks
+// to a cluster node as to one server), CROSSSLOT (one step's keys span
+// slots: something between lanectl and the cluster rewrote them). Both are
+// configuration errors, not an unreachable server.
+func misrouted(err error) string {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return ""
+	}
+	msg := re.Error()
+	switch code, _, _ := strings.Cut(msg, " "); code {
+	case "MOVED", "ASK":
+		return fmt.Sprintf("answered %q: it is a Redis Cluster node, and lanectl spoke to it as to one server (was INFO refused?); "+
+			"name the cluster's nodes with addr= (redis://HOST:PORT?addr=HOST2:PORT2)", msg)
+	case "CROSSSLOT":
+		return fmt.Sprintf("answered %q: a namespace's keys share one hash slot, unless something between lanectl and the cluster renames them (a proxy?); "+
+			"connect to the cluster's nodes directly", msg)
+	}
+	return ""
+}
