@@ -73,7 +73,12 @@ func (f *fixture) httpServer(t *testing.T) string {
 func (f *fixture) resolve(t *testing.T, src string) (*batch.Resolved, error) {
 	t.Helper()
 	path := filepath.Join(f.dir, "tools.toml")
-	if err := os.WriteFile(path, []byte("[runner]\nworkspace = \".\"\n"+src), 0o600); err != nil {
+	if strings.Contains(src, "[runner]\n") {
+		src = strings.Replace(src, "[runner]\n", "[runner]\nworkspace = \".\"\n", 1)
+	} else {
+		src = "[runner]\nworkspace = \".\"\n" + src
+	}
+	if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	file, err := batch.Load(path)

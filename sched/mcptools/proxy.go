@@ -143,11 +143,17 @@ func (p *Proxy) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCl
 	return p.server.Run(ctx, &mcp.IOTransport{Reader: tagReader(in), Writer: out})
 }
 
+// SessionIdleTimeout is how long a Proxy keeps an HTTP session that
+// receives no request: a client that went away without ending its
+// session.
+const SessionIdleTimeout = 30 * time.Minute
+
 // Handler returns the streamable HTTP handler of the proxy: every session
-// on one endpoint. A session's tenant comes from TenantHeader.
+// on one endpoint. A session's tenant comes from TenantHeader. A session
+// idle for SessionIdleTimeout is closed.
 func (p *Proxy) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.server },
-		&mcp.StreamableHTTPOptions{Logger: discard})
+		&mcp.StreamableHTTPOptions{Logger: discard, SessionTimeout: SessionIdleTimeout})
 	return tagHTTP(h)
 }
 

@@ -136,7 +136,7 @@ func tagLine(line []byte) []byte {
 	if len(tagged) == len(body) && bytes.Equal(tagged, body) {
 		return line
 	}
-	return append(tagged, '\n')
+	return append(tagged, line[len(body):]...)
 }
 
 // tagHTTP returns h with the body of each POST tagged.
