@@ -230,6 +230,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newGCCommand(&doctorOptions{global: g, open: g.open}),
 		newWatchCommand(&watchOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
+		newMCPCommand(&mcpServeOptions{global: g, open: g.open}),
 		newDemoCommand(&demoOptions{}),
 		newDemoToolCommand(),
 	)

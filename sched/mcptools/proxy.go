@@ -45,9 +45,12 @@ type ProxyOptions struct {
 	// past it the client gets an isError result saying so. 0 means as long
 	// as the client waits.
 	Wait time.Duration
-	// OnCall, when set, is told each call's outcome once it settled, one
-	// call at a time.
+	// OnCall, when set, is told each call's outcome once it settled.
 	OnCall func(CallOutcome)
+	// CallContext, when set, returns the context a call runs under from
+	// the request's: to add what its tool's body reads there (such as
+	// batch.WithNamespace for a command's LANES_NAMESPACE).
+	CallContext func(context.Context) context.Context
 }
 
 // CallOutcome is one call a Proxy ran, for OnCall.
@@ -207,6 +210,9 @@ func (p *Proxy) handler(name string) mcp.ToolHandler {
 			call.Args = json.RawMessage(`{}`)
 		}
 		slot := &resultSlot{}
+		if p.o.CallContext != nil {
+			ctx = p.o.CallContext(ctx)
+		}
 		res, err := p.s.Run(context.WithValue(ctx, resultKey{}, slot), []sched.Call{call},
 			sched.Options{RunID: runID, Tenant: tenant, Wait: p.o.Wait})
 		if err != nil {
