@@ -259,15 +259,17 @@ func TestCancelledBatchSendsCancelled(t *testing.T) {
 	f.waitLog(t, "the call cancelled", func(l []mcptest.Entry) bool { _, ok := mcptest.Find(l, "cancelled", "cut"); return ok })
 }
 
-// A server that cannot start is an error naming it, with why; the other
+// A server that cannot start, or cannot list its tools, is an error naming
+// it, with why; the other
 // server's tools run, and the calls of its own fail with its error.
-func TestServerThatFailsToStart(t *testing.T) {
+func TestServerThatFailsToStartOrList(t *testing.T) {
 	f := newFixture(t)
 	r := f.mustResolve(t, f.stdio("good")+
 		"[mcp_servers.missing]\ncommand = [\"./no-such-server\"]\nprefix = \"m_\"\n"+
-		fmt.Sprintf("[mcp_servers.crashing]\ncommand = [%q, \"--fail-start\", \"config file is corrupt\"]\nprefix = \"c_\"\n", serverBin))
-	if len(r.Failed) != 2 {
-		t.Fatalf("Failed = %v; want the missing and the crashing server", r.Failed)
+		fmt.Sprintf("[mcp_servers.crashing]\ncommand = [%q, \"--fail-start\", \"config file is corrupt\"]\nprefix = \"c_\"\n", serverBin)+
+		fmt.Sprintf("[mcp_servers.unlisted]\ncommand = [%q, \"--fail-list\", \"the index is rebuilding\"]\nprefix = \"u_\"\n", serverBin))
+	if len(r.Failed) != 3 {
+		t.Fatalf("Failed = %v; want the missing, the crashing and the unlisted server", r.Failed)
 	}
 	msgs := map[string]string{}
 	for _, e := range r.Failed {
@@ -278,6 +280,9 @@ func TestServerThatFailsToStart(t *testing.T) {
 	}
 	if m := msgs["crashing"]; !strings.HasPrefix(m, "MCP server crashing: ") || !strings.Contains(m, "exit status 3") || !strings.Contains(m, "config file is corrupt") {
 		t.Errorf("crashing's error = %q; want it named, with its exit and its standard error", m)
+	}
+	if m := msgs["unlisted"]; !strings.HasPrefix(m, "MCP server unlisted: tools/list: ") || !strings.Contains(m, "the index is rebuilding") {
+		t.Errorf("unlisted's error = %q; want it named, with tools/list's error", m)
 	}
 	calls := []sched.Call{call("1", "read", `{"path":"x"}`), call("2", "c_read", `{}`)}
 	if err := os.WriteFile(filepath.Join(f.dir, "x"), []byte("x"), 0o600); err != nil {

@@ -66,7 +66,7 @@ func newProxy(t *testing.T, r *batch.Resolved, b lanes.Backend, o mcptools.Proxy
 
 // serveStdio serves p on pipes and returns the other ends: what the
 // client writes and reads. The proxy stops when t ends.
-func serveStdio(t *testing.T, p *mcptools.Proxy) (io.WriteCloser, io.ReadCloser) {
+func serveStdio(t testing.TB, p *mcptools.Proxy) (io.WriteCloser, io.ReadCloser) {
 	t.Helper()
 	clientR, proxyW := io.Pipe()
 	proxyR, clientW := io.Pipe()
@@ -87,7 +87,7 @@ func serveStdio(t *testing.T, p *mcptools.Proxy) (io.WriteCloser, io.ReadCloser)
 }
 
 // connect returns an SDK client session with p over stdio pipes.
-func connect(t *testing.T, p *mcptools.Proxy) *mcp.ClientSession {
+func connect(t testing.TB, p *mcptools.Proxy) *mcp.ClientSession {
 	t.Helper()
 	w, r := serveStdio(t, p)
 	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)

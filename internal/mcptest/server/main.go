@@ -16,6 +16,9 @@
 // the order they happen: "start LABEL TOKENS", then "end LABEL" or
 // "cancelled LABEL" (append's label is its text), where TOKENS is the
 // JSON of the lanes/tokens of the request's _meta ({} when none).
+//
+// --fail-start MSG makes a server that exits at once, MSG on its standard
+// error; --fail-list MSG one that answers tools/list with the error MSG.
 package main
 
 import (
@@ -46,6 +49,7 @@ func run() error {
 	logPath := flag.String("log", "", "file the tools log their start and end to")
 	httpAddr := flag.String("http", "", "serve streamable HTTP on this address instead of standard input and output")
 	failStart := flag.String("fail-start", "", "write this to standard error and exit 3 at once: a server that cannot start")
+	failList := flag.String("fail-list", "", "answer tools/list with this error: a server that cannot list its tools")
 	flag.Parse()
 	if *failStart != "" {
 		fmt.Fprintln(os.Stderr, *failStart)
@@ -62,6 +66,16 @@ func run() error {
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
 	t.add(server)
+	if *failList != "" {
+		server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "tools/list" {
+					return nil, errors.New(*failList)
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
 	if *httpAddr == "" {
 		return server.Run(context.Background(), &mcp.StdioTransport{})
 	}
