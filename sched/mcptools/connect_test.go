@@ -260,8 +260,8 @@ func TestCancelledBatchSendsCancelled(t *testing.T) {
 }
 
 // A server that cannot start, or cannot list its tools, is an error naming
-// it, with why; the other
-// server's tools run, and the calls of its own fail with its error.
+// it, with why; the other server's tools run, and the calls of its own
+// fail with its error.
 func TestServerThatFailsToStartOrList(t *testing.T) {
 	f := newFixture(t)
 	r := f.mustResolve(t, f.stdio("good")+
