@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,6 +83,7 @@ type Proxy struct {
 	seq     atomic.Uint64
 	skipped []string
 	tools   []string
+	calls   sync.WaitGroup // the handlers running
 }
 
 // NewProxy returns a Proxy for res's tools on session; res stays the
@@ -135,15 +137,23 @@ func (p *Proxy) Tools() []string { return append([]string(nil), p.tools...) }
 // Skipped says, one line each, which tools the proxy could not offer.
 func (p *Proxy) Skipped() []string { return append([]string(nil), p.skipped...) }
 
-// Wait blocks until every tool body a call stopped waiting for (cut off
-// by its timeout or by the client) has returned and released its lanes.
-func (p *Proxy) Wait() { p.s.Wait() }
+// Wait blocks until every call the proxy received has ended, and every
+// tool body a call stopped waiting for (cut off by its timeout or by the
+// client) has returned and released its lanes. Call it once the proxy
+// stopped serving: the calls of a client that went away are cancelled
+// then.
+func (p *Proxy) Wait() {
+	p.calls.Wait()
+	p.s.Wait()
+}
 
 // ServeStdio serves one client on in and out, the standard input and
-// output of a proxy the client started, until the client closes in or ctx
-// ends.
+// output of a proxy the client started, until the client closes in and
+// every request it sent before was answered, or until ctx ends.
 func (p *Proxy) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
-	return p.server.Run(ctx, &mcp.IOTransport{Reader: tagReader(in), Writer: out})
+	flight := newInFlight()
+	t := &mcp.IOTransport{Reader: tagReader(in, flight, ctx.Done()), Writer: &answerWatcher{w: out, f: flight}}
+	return p.server.Run(ctx, t)
 }
 
 // SessionIdleTimeout is how long a Proxy keeps an HTTP session that
@@ -195,6 +205,8 @@ func (p *Proxy) add(name string, info batch.ToolInfo, t sched.Tool) (err error) 
 // handler runs a tools/call of tool name through the lanes.
 func (p *Proxy) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		p.calls.Add(1)
+		defer p.calls.Done()
 		tenant := p.o.Tenant
 		if req.Extra != nil && req.Extra.Header != nil {
 			if h := req.Extra.Header.Get(TenantHeader); h != "" {
@@ -246,7 +258,9 @@ func result(o sched.Outcome, upstream *mcp.CallToolResult) *mcp.CallToolResult {
 	}
 	meta := mcp.Meta{MetaStatus: string(o.Status)}
 	for k, v := range r.Meta {
-		meta[k] = v
+		if !strings.HasPrefix(k, "io.modelcontextprotocol/") { // the server's hop's, not the client's
+			meta[k] = v
+		}
 	}
 	if o.Code != "" {
 		meta[MetaCode] = string(o.Code)

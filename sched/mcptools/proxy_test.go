@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -409,4 +410,60 @@ func TestProxySkipsToolsItCannotDescribe(t *testing.T) {
 	if s := p.Skipped(); len(s) != 1 || !strings.Contains(s[0], "tool bad left out") || !strings.Contains(s[0], `type "object"`) {
 		t.Errorf("Skipped() = %q; want bad, saying why", s)
 	}
+}
+
+// A client that closes standard input right after its requests still
+// gets their answers: the proxy ends the session once every request it
+// read was answered, or given up by the client's notifications/cancelled.
+func TestProxyAnswersBeforeTheEndOfInput(t *testing.T) {
+	f := newFixture(t)
+	r := f.mustResolve(t, f.stdio("files"))
+	p, _ := newProxy(t, r, nil, mcptools.ProxyOptions{})
+	clientR, proxyW := io.Pipe()
+	proxyR, clientW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- p.ServeStdio(context.Background(), proxyR, proxyW) }()
+	replies := make(chan []string, 1)
+	go func() {
+		var got []string
+		sc := bufio.NewScanner(clientR)
+		for sc.Scan() {
+			var m struct {
+				ID any `json:"id"`
+			}
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				got = append(got, fmt.Sprint(m.ID))
+			}
+		}
+		replies <- got
+	}()
+	gate := filepath.Join(f.dir, "never")
+	io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"label":"two","ms":50}}}`+"\n"+
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"three","ms":1,"until":"`+gate+`"}}}`+"\n")
+	f.waitLog(t, "three's start", hasStart("three"))
+	io.WriteString(clientW, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`+"\n")
+	clientW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ServeStdio() = %v; want nil at the end of the input", err)
+		}
+	case <-time.After(bound):
+		t.Fatal("the proxy did not end after its input and its answers")
+	}
+	proxyW.Close()
+	got := map[string]bool{}
+	for _, id := range <-replies {
+		got[id] = true
+	}
+	if !got["1"] || !got["2"] {
+		t.Errorf("answers to %v; want initialize and call 2 answered (3, cancelled, may be or not)", got)
+	}
+	f.waitLog(t, "three cancelled", func(l []mcptest.Entry) bool { _, ok := mcptest.Find(l, "cancelled", "three"); return ok })
+}
+
+func hasStart(label string) func([]mcptest.Entry) bool {
+	return func(l []mcptest.Entry) bool { _, ok := mcptest.Find(l, "start", label); return ok }
 }

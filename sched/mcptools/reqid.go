@@ -82,14 +82,19 @@ func tagOne(msg []byte) []byte {
 }
 
 // tagReader returns r, newline-delimited JSON-RPC messages (the stdio
-// transport), with each message tagged.
-func tagReader(r io.ReadCloser) io.ReadCloser {
-	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r}
+// transport), with each message tagged. With flight, it notes the
+// requests read, and holds the end of r back until flight has none left
+// unanswered or done is closed (see inFlight).
+func tagReader(r io.ReadCloser, flight *inFlight, done <-chan struct{}) io.ReadCloser {
+	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r, flight: flight, done: done}
 }
 
 type taggingReader struct {
-	r    *bufio.Reader
-	c    io.Closer
+	r      *bufio.Reader
+	c      io.Closer
+	flight *inFlight
+	done   <-chan struct{}
+
 	line []byte // the message being read, up to maxTagged bytes
 	out  []byte // what Read gives next
 	long bool   // the message passed maxTagged: passed on untouched
@@ -99,6 +104,13 @@ type taggingReader struct {
 func (t *taggingReader) Read(p []byte) (int, error) {
 	for len(t.out) == 0 {
 		if t.err != nil {
+			if t.flight != nil {
+				select {
+				case <-t.flight.idleCh(): // every request answered: end the session
+				case <-t.done:
+				}
+				t.flight = nil
+			}
 			return 0, t.err
 		}
 		chunk, err := t.r.ReadSlice('\n')
@@ -119,6 +131,9 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 		}
 		if !t.long && len(t.line) > 0 {
 			t.out = append(t.out[:0], tagLine(t.line)...)
+			if t.flight != nil {
+				t.flight.sawInput(t.line)
+			}
 		}
 		t.line, t.long = t.line[:0], false
 	}

@@ -66,7 +66,7 @@ func TestTaggingReader(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}` + "\n" +
 		long + "\n" +
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"y"}}` // no final line break
-	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in})))
+	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
