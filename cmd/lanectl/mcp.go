@@ -174,6 +174,9 @@ func (o *mcpServeOptions) run(cmd *cobra.Command) error {
 	} else {
 		err = o.serveHTTP(ctx, p, stderr)
 	}
+	if ctx.Err() != nil {
+		p.Close() // a signal: the calls in flight end now, their lanes released
+	}
 	p.Wait()
 	if err != nil && ctx.Err() == nil {
 		return err

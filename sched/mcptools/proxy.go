@@ -84,6 +84,8 @@ type Proxy struct {
 	skipped []string
 	tools   []string
 	calls   sync.WaitGroup // the handlers running
+	stop    context.Context
+	close   context.CancelCauseFunc
 }
 
 // NewProxy returns a Proxy for res's tools on session; res stays the
@@ -110,6 +112,7 @@ func NewProxy(res *batch.Resolved, session *lanes.Session, o ProxyOptions) (*Pro
 		return nil, err
 	}
 	p := &Proxy{s: s, o: o}
+	p.stop, p.close = context.WithCancelCause(context.Background())
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "lanes", Title: "lanes proxy", Version: "1"},
 		&mcp.ServerOptions{Logger: discard, HasTools: true})
 	names := make([]string, 0, len(res.Tools))
@@ -130,6 +133,16 @@ func NewProxy(res *batch.Resolved, session *lanes.Session, o ProxyOptions) (*Pro
 	}
 	return p, nil
 }
+
+// errProxyClosed is the cause that ends the calls of a closed Proxy.
+var errProxyClosed = errors.New("the proxy is shutting down")
+
+// Close ends every call in flight as its client's cancel would (a waiting
+// call leaves its queues, a running one has its tools/call cancelled) and
+// answers later calls with an isError result. Wait then returns once they
+// ended. It is for a proxy stopped with calls in flight: over HTTP, a
+// session's calls do not end with the server.
+func (p *Proxy) Close() { p.close(errProxyClosed) }
 
 // Tools returns the names of the tools the proxy offers, sorted.
 func (p *Proxy) Tools() []string { return append([]string(nil), p.tools...) }
@@ -207,6 +220,12 @@ func (p *Proxy) handler(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		p.calls.Add(1)
 		defer p.calls.Done()
+		if p.stop.Err() != nil {
+			return refusal("lanes: "+errProxyClosed.Error(), "", ""), nil
+		}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		defer context.AfterFunc(p.stop, func() { cancel(errProxyClosed) })()
 		tenant := p.o.Tenant
 		if req.Extra != nil && req.Extra.Header != nil {
 			if h := req.Extra.Header.Get(TenantHeader); h != "" {

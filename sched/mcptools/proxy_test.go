@@ -467,3 +467,67 @@ func TestProxyAnswersBeforeTheEndOfInput(t *testing.T) {
 func hasStart(label string) func([]mcptest.Entry) bool {
 	return func(l []mcptest.Entry) bool { _, ok := mcptest.Find(l, "start", label); return ok }
 }
+
+// Close ends the calls in flight: one waiting without a bound for a key
+// another holds leaves its queue, its client gets an isError result, and
+// Wait returns; a later call is refused.
+func TestProxyCloseEndsCallsInFlight(t *testing.T) {
+	f := newFixture(t)
+	r := f.mustResolve(t, f.stdio("files")+"[tools.slow]\nconcurrency = { key = \"x\" }\n")
+	mem := lanes.NewMemory()
+	other, err := lanes.NewSession(context.Background(), mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	lease, err := other.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "concurrency:x", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	p, _ := newProxy(t, r, mem, mcptools.ProxyOptions{}) // no Wait: as long as the client waits
+	cs := connect(t, p)
+	got := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, _ := cs.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"label": "w", "ms": 1}})
+		got <- res
+	}()
+	for {
+		snap, err := mem.Inspect(ctx, []string{"concurrency:x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Keys) == 1 && len(snap.Keys[0].Waiters) == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the call never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.Close()
+	select {
+	case res := <-got:
+		if res == nil || !res.IsError || !strings.Contains(text(res), "shutting down") {
+			t.Errorf("the waiting call = %+v; want isError saying the proxy is shutting down", res)
+		}
+	case <-time.After(bound):
+		t.Fatal("Close did not end the waiting call")
+	}
+	within := make(chan struct{})
+	go func() { p.Wait(); close(within) }()
+	select {
+	case <-within:
+	case <-time.After(bound):
+		t.Fatal("Wait did not return after Close")
+	}
+	if res := callTool(t, cs, "slow", `{"label":"late","ms":1}`); !res.IsError || !strings.Contains(text(res), "shutting down") {
+		t.Errorf("a call after Close = %+v; want isError", res)
+	}
+	snap, _ := mem.Inspect(ctx, []string{"concurrency:x"})
+	if len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 {
+		t.Errorf("concurrency:x after Close = %+v; want only the other holder", snap.Keys)
+	}
+}
