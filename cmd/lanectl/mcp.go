@@ -72,9 +72,10 @@ fails, times out or is cut off is an isError result too, with "lanes/code"
 in its _meta. lanectl status shows each call being served: entry
 mcp-RUN/REQUEST-ID, its tool, and the MCP request id as its call id.
 
-serve runs until its standard input ends (stdio) or SIGINT or SIGTERM,
-then exits 0; it exits 65 when --tools cannot be used, 69 when Redis
-cannot be reached at the start.`,
+serve runs until its standard input ends (stdio; the requests read before
+are answered first) or SIGINT or SIGTERM (the calls in flight are
+cancelled), then exits 0; it exits 65 when --tools cannot be used, 69 when
+Redis cannot be reached at the start.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageErrorf("mcp serve takes no arguments, got %q; name the tools file with --tools", args[0])
