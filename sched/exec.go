@@ -169,21 +169,38 @@ func (r *run) timeout(name string, t Tool) time.Duration {
 // start, or that still runs the call), it waits for that lease to end and
 // enqueues again; once granted so, it reads the call's record again, and
 // returns the outcome it holds, if any, instead of a lease.
+//
+// With Options.Wait, the wait ends that long after it began: the entry
+// leaves every queue and the error wraps errWaitTimeout.
 func (r *run) wait(j job, t *lanes.Ticket) (*lanes.Lease, *Outcome, error) {
+	if r.o.Wait <= 0 {
+		return r.waitUntil(r.admit, j, t)
+	}
+	waitCtx, cancel := context.WithTimeoutCause(r.admit, r.o.Wait, errWaitTimeout)
+	defer cancel()
+	lease, o, err := r.waitUntil(waitCtx, j, t)
+	if err != nil && r.admit.Err() == nil && errors.Is(context.Cause(waitCtx), errWaitTimeout) {
+		return nil, nil, fmt.Errorf("%w: it waited %v for its lanes (%w)", errWaitTimeout, r.o.Wait, err)
+	}
+	return lease, o, err
+}
+
+// waitUntil is wait, its waits for the grant bounded by waitCtx.
+func (r *run) waitUntil(waitCtx context.Context, j job, t *lanes.Ticket) (*lanes.Lease, *Outcome, error) {
 	retried := false
 	pause := 10 * time.Millisecond // then doubling, up to a second or the Session's margin
 	for {
-		lease, err := t.Wait(r.admit)
-		if errors.Is(err, lanes.ErrNotHolder) && r.admit.Err() == nil {
+		lease, err := t.Wait(waitCtx)
+		if errors.Is(err, lanes.ErrNotHolder) && waitCtx.Err() == nil {
 			timer := time.NewTimer(pause)
 			pause = min(2*pause, max(min(r.s.session.Margin(), time.Second), 10*time.Millisecond))
 			select {
 			case <-timer.C:
-			case <-r.admit.Done():
+			case <-waitCtx.Done():
 				timer.Stop()
-				return nil, nil, context.Cause(r.admit)
+				return nil, nil, context.Cause(waitCtx)
 			}
-			ts, err := r.s.session.Enqueue(r.admit, j.req)
+			ts, err := r.s.session.Enqueue(waitCtx, j.req)
 			if err != nil {
 				return nil, nil, err
 			}

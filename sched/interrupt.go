@@ -18,6 +18,10 @@ var errStopped = errors.New("stopped before it started")
 // passes.
 var errToolTimeout = errors.New("tool timeout")
 
+// errWaitTimeout is the cause that ends a wait for lanes longer than
+// Options.Wait.
+var errWaitTimeout = errors.New("waited too long for its lanes")
+
 // ErrNoAsker is returned by Ask when the run has no Options.Ask.
 var ErrNoAsker = errors.New("sched: no one to ask: the run has no Ask option")
 

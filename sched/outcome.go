@@ -28,6 +28,7 @@ const (
 	CodeLimitMismatch Code = "TOOL_LIMIT_MISMATCH"   // a lane is held with another limit (lanes.ErrLimitMismatch)
 	CodeUnavailable   Code = "TOOL_UNAVAILABLE"      // the lanes could not be reached (lanes.ErrUnavailable)
 	CodeLanes         Code = "TOOL_LANES_ERROR"      // the lanes refused it otherwise (an id conflict, a closed session...)
+	CodeWaitTimeout   Code = "TOOL_WAIT_TIMEOUT"     // it waited for its lanes past Options.Wait, and never ran
 	CodeRunConflict   Code = "TOOL_RUN_CONFLICT"     // the run's records hold this call id for another tool or other arguments
 	CodeToolError     Code = "TOOL_ERROR"            // Failed: the tool ran and failed (or panicked)
 	CodeTimeout       Code = "TOOL_TIMEOUT"          // TimedOut: it ran past its timeout
@@ -56,6 +57,8 @@ func codeOf(err error) Code {
 		return CodeLimitMismatch
 	case errors.Is(err, lanes.ErrUnavailable):
 		return CodeUnavailable
+	case errors.Is(err, errWaitTimeout):
+		return CodeWaitTimeout
 	default:
 		return CodeLanes
 	}

@@ -163,6 +163,11 @@ type Options struct {
 	RunID string
 	// Tenant selects the tenant lane (Runner.PerTenant); empty takes none.
 	Tenant string
+	// Wait bounds how long each execution waits for its lanes, counted
+	// from its enqueue; 0 means as long as the run lasts. One that waits
+	// longer leaves every queue and ends Failed with CodeWaitTimeout,
+	// having run nothing; the other calls go on.
+	Wait time.Duration
 	// Narrow is the agent's settings; the run uses Runner.NarrowedTo(*Narrow).
 	// Its narrower PerTenant and PerTool limits are lanes of the run's own,
 	// beside the shared ones (see Runner.NarrowedTo).
@@ -264,6 +269,9 @@ func (s *Scheduler) newRun(ctx context.Context, calls []Call, o Options, cp *Che
 	}
 	if o.Narrow != nil {
 		runner = shared.NarrowedTo(*o.Narrow)
+	}
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("%w: wait is negative (%v)", ErrConfig, o.Wait)
 	}
 	for name, d := range timeouts {
 		if d < 0 {

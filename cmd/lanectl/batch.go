@@ -56,7 +56,8 @@ func newBatchCommand(o *batchOptions) *cobra.Command {
 		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
 OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
 through the batch scheduler, each tool an external command declared in the
-TOML file --tools, and prints the calls' outcomes in call order.
+TOML file --tools, or a tool of an MCP server its [mcp_servers] name, and
+prints the calls' outcomes in call order.
 
 A tool's command reads the call's arguments, JSON, on its standard input and
 writes its result on its standard output; its environment carries
@@ -179,12 +180,9 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	if !o.local {
 		ctx = batch.WithNamespace(ctx, o.global.namespace)
 	}
-	cfg, err := batch.LoadConfig(o.tools)
+	file, err := batch.Load(o.tools)
 	if err != nil {
 		return &exitError{code: exitDataErr, err: err}
-	}
-	if o.noLanes {
-		cfg, o.local = withoutLanes(cfg), true
 	}
 	var (
 		calls  []sched.Call
@@ -209,6 +207,15 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	}
 	if o.reply && len(calls) == 0 { // nothing to run: no lanes needed
 		return o.printReply(cmd, wording, calls, &sched.Result{})
+	}
+	tools, err := resolveTools(ctx, file, o.tools, cmd.ErrOrStderr()) // starts its MCP servers, if any
+	if err != nil {
+		return err
+	}
+	defer tools.Close()
+	cfg := tools.ConfigFor(calls)
+	if o.noLanes {
+		cfg, o.local = withoutLanes(cfg), true
 	}
 
 	b, closeBackend, err := o.backend(ctx)

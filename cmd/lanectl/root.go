@@ -245,6 +245,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 		newWatchCommand(&watchOptions{global: g, open: g.open}),
 		newUICommand(&uiOptions{global: g, open: g.open}),
 		newBatchCommand(&batchOptions{global: g, open: g.open}),
+		newMCPCommand(&mcpServeOptions{global: g, open: g.open}),
 		newDemoCommand(&demoOptions{}),
 		newDemoToolCommand(),
 	)

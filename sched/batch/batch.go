@@ -6,7 +6,8 @@
 // form (ReadResponse, Response.Reply, worded by Wording). `lanectl batch`
 // puts them together.
 //
-// The TOML form of a configuration, every key optional but a tool's command:
+// The TOML form of a configuration, every key optional but a tool's command
+// (which a tool of an MCP server has not):
 //
 //	[runner]
 //	max_concurrent_tools = 8        # the turn lane, at least 1; default 10
@@ -36,6 +37,24 @@
 //	                                # or "stop"; also fan_out = true
 //	enabled = false                 # disabled tools are still validated
 //	lock_keys = ["file:{path}", "draft:{id}"]
+//	description = "Renumber an RFD" # what an MCP server of the tools lists
+//	input_schema = { type = "object", properties = { from = { type = "string" } } }
+//
+//	[mcp_servers.files]             # an MCP server whose tools are tools
+//	command = ["./files-server"]    # started, on standard input and output,
+//	                                # in the workspace; or url = "http://..."
+//	                                # (streamable HTTP), not both
+//	env = { FILES_MODE = "rw" }     # added to the command's environment
+//	prefix = "files_"               # before each tool name it lists
+//	start_timeout = "30s"           # to start and list its tools; default 30s
+//
+// A configuration with [mcp_servers] is read with Parse (or Load) and
+// File.Resolve, which asks each server for its tools through a Connector
+// (sched/mcptools.Connect; this package does not import an MCP SDK):
+// every tool a server lists is a tool, and a [tools.NAME] without a
+// command declares lanes for one of them; see File.Resolve for the
+// annotations' defaults, name clashes and servers that fail. ParseConfig
+// and LoadConfig refuse such a configuration with an error that says so.
 //
 //	[reply]                         # what `lanectl batch --reply` tells the model of
 //	                                # a call that did not end ok (Wording): error,
@@ -99,7 +118,7 @@
 // TOOL_ERROR, TOOL_UNKNOWN, TOOL_DISABLED, TOOL_BAD_CALL_ID,
 // TOOL_BAD_ARGUMENTS, TOOL_DECLINED, TOOL_REWRITE_FAILED, TOOL_LOCK_KEYS,
 // TOOL_LOCK_CYCLE, TOOL_LIMIT_MISMATCH, TOOL_UNAVAILABLE,
-// TOOL_LANES_ERROR, TOOL_RUN_CONFLICT, TOOL_TIMEOUT,
+// TOOL_LANES_ERROR, TOOL_WAIT_TIMEOUT, TOOL_RUN_CONFLICT, TOOL_TIMEOUT,
 // TOOL_NEVER_DISPATCHED, TOOL_SAFE_TO_RETRY, TOOL_INDETERMINATE,
 // TOOL_INTERRUPTED, TOOL_OUTPUT_NOT_STORED; stored is true for an outcome
 // read from the run's records rather than run now; operations, only for a

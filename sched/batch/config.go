@@ -20,9 +20,10 @@ import (
 // the keys no field took: the unknown ones.
 type (
 	fileTOML struct {
-		Runner toml.Primitive `toml:"runner"`
-		Tools  toml.Primitive `toml:"tools"`
-		Reply  toml.Primitive `toml:"reply"` // checked here, read by ParseWording
+		Runner     toml.Primitive `toml:"runner"`
+		Tools      toml.Primitive `toml:"tools"`
+		Reply      toml.Primitive `toml:"reply"` // checked here, read by ParseWording
+		MCPServers toml.Primitive `toml:"mcp_servers"`
 	}
 	runnerTOML struct {
 		MaxConcurrentTools toml.Primitive `toml:"max_concurrent_tools"`
@@ -45,6 +46,8 @@ type (
 		FanOut       toml.Primitive `toml:"fan_out"`
 		Enabled      toml.Primitive `toml:"enabled"`
 		LockKeys     toml.Primitive `toml:"lock_keys"`
+		Description  toml.Primitive `toml:"description"`
+		InputSchema  toml.Primitive `toml:"input_schema"`
 	}
 	concurrencyTOML struct {
 		Key   toml.Primitive `toml:"key"`
@@ -62,22 +65,47 @@ type (
 // workspace are taken against it ("" means the working directory).
 //
 // Its error is a *ConfigError, one line, each problem naming its key:
-// `tools.rfd.timeout: "ten seconds" is not a duration`.
+// `tools.rfd.timeout: "ten seconds" is not a duration`. A configuration
+// with [mcp_servers] is such an error too: its tools are known only once
+// its servers are asked, so it is read with Parse and File.Resolve.
 func ParseConfig(data []byte, dir string) (sched.Config, error) {
-	var f fileTOML
-	md, err := toml.Decode(string(data), &f)
+	f, err := Parse(data, dir)
 	if err != nil {
-		return sched.Config{}, &ConfigError{Problems: []string{oneLine(err.Error())}, err: err}
+		return sched.Config{}, err
+	}
+	if len(f.Servers) > 0 {
+		return sched.Config{}, &ConfigError{Problems: []string{"mcp_servers: the tools of MCP servers are known only once the servers are asked; read this configuration with batch.Parse or batch.Load and File.Resolve"}}
+	}
+	return f.Config, nil
+}
+
+// Parse parses the TOML form of a configuration (see the package
+// documentation), as ParseConfig does, into a File: the runner, the tools
+// declared with a command, and the MCP servers to ask for the rest (see
+// File.Resolve). Without [mcp_servers], File.Config is what ParseConfig
+// returns, validated; with them, Resolve validates the whole.
+//
+// Its error is a *ConfigError, one line, each problem naming its key.
+func Parse(data []byte, dir string) (*File, error) {
+	var ft fileTOML
+	md, err := toml.Decode(string(data), &ft)
+	if err != nil {
+		return nil, &ConfigError{Problems: []string{oneLine(err.Error())}, err: err}
 	}
 	p := &parser{md: md}
+	f := &File{Info: map[string]ToolInfo{}, overrides: map[string]toolDecl{}}
 	cfg := sched.Config{Runner: sched.DefaultRunner(), Tools: map[string]sched.Tool{}}
 	workspace := ""
 	if p.has(toml.Key{"runner"}) {
-		workspace = p.runner(&cfg.Runner, f.Runner, dir)
+		workspace = p.runner(&cfg.Runner, ft.Runner, dir)
+	}
+	if k := (toml.Key{"mcp_servers"}); p.has(k) {
+		f.Servers = p.servers(k, ft.MCPServers, dir, workspace)
+		p.hasServers = true
 	}
 	if k := (toml.Key{"tools"}); p.has(k) {
 		var tools map[string]toml.Primitive
-		if p.table(k, f.Tools, &tools) {
+		if p.table(k, ft.Tools, &tools) {
 			names := make([]string, 0, len(tools))
 			for n := range tools {
 				names = append(names, n)
@@ -90,31 +118,49 @@ func ParseConfig(data []byte, dir string) (sched.Config, error) {
 					p.fail(toml.Key{"tools", n}, `a default for every tool is not supported: whether a tool's calls conflict depends on what the tool does (RFD 129), so declare each tool under its own name`)
 					continue
 				}
-				if t, ok := p.tool(n, tools[n], dir, workspace); ok {
-					cfg.Tools[n] = t
+				d, ok := p.tool(n, tools[n], dir, workspace)
+				switch {
+				case !ok:
+				case d.command || !p.hasServers:
+					cfg.Tools[n] = d.tool
+					f.Info[n] = d.info
+				default:
+					f.overrides[n] = d // a tool of an MCP server, or a problem Resolve reports
 				}
 			}
 		}
 	}
 	if p.has(toml.Key{"reply"}) {
-		p.reply(f.Reply)
+		p.reply(ft.Reply)
 	}
 	p.unknownKeys()
 	if len(p.problems) > 0 {
-		return sched.Config{}, &ConfigError{Problems: p.problems}
+		return nil, &ConfigError{Problems: p.problems}
 	}
+	f.Config = cfg
+	if len(f.Servers) == 0 {
+		if err := validate(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// validate runs cfg.Validate, its error a *ConfigError.
+func validate(cfg sched.Config) error {
 	if err := cfg.Validate(); err != nil {
 		msg := strings.TrimPrefix(err.Error(), sched.ErrConfig.Error()+": ")
-		return sched.Config{}, &ConfigError{Problems: []string{oneLine(msg)}, err: err}
+		return &ConfigError{Problems: []string{oneLine(msg)}, err: err}
 	}
-	return cfg, nil
+	return nil
 }
 
 // parser collects the problems of one configuration.
 type parser struct {
-	md       toml.MetaData
-	problems []string
-	bad      []toml.Key // keys with a problem: nothing under them is reported again
+	md         toml.MetaData
+	problems   []string
+	bad        []toml.Key // keys with a problem: nothing under them is reported again
+	hasServers bool       // the configuration has [mcp_servers]: a tool may come from one
 }
 
 func (p *parser) fail(k toml.Key, format string, a ...any) {
@@ -329,14 +375,31 @@ func (p *parser) workspace(k toml.Key, s, dir string) string {
 	return path
 }
 
+// toolDecl is one [tools.NAME] as written.
+type toolDecl struct {
+	tool    sched.Tool
+	info    ToolInfo
+	command bool            // it has a command
+	set     map[string]bool // the fields written, by TOML name
+}
+
+// toolFields are the fields of [tools.NAME], by TOML name.
+var toolFields = []string{"command", "concurrency", "safe", "safe_if", "read_only_hint", "idempotent",
+	"timeout", "fan_out", "enabled", "lock_keys", "description", "input_schema"}
+
 // tool decodes [tools.NAME].
-func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sched.Tool, bool) {
+func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (toolDecl, bool) {
 	k := toml.Key{"tools", name}
 	var tt toolTOML
 	if !p.table(k, v, &tt) {
-		return sched.Tool{}, false
+		return toolDecl{}, false
 	}
 	before := len(p.problems)
+	d := toolDecl{set: map[string]bool{}}
+	for _, f := range toolFields {
+		d.set[f] = p.has(at(k, f))
+	}
+	d.command = d.set["command"]
 	var t sched.Tool
 	if f := at(k, "enabled"); p.has(f) {
 		if b, ok := p.bool(f, tt.Enabled); ok {
@@ -355,7 +418,7 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sch
 				t.Run = Command(argv, workspace)
 			}
 		}
-	} else if !t.Disabled {
+	} else if !t.Disabled && !p.hasServers {
 		p.fail(f, "is missing; an enabled tool needs a command to run")
 	}
 	if f := at(k, "concurrency"); p.has(f) {
@@ -406,7 +469,14 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (sch
 			}
 		}
 	}
-	return t, len(p.problems) == before
+	if f := at(k, "description"); p.has(f) {
+		d.info.Description, _ = p.string(f, tt.Description)
+	}
+	if f := at(k, "input_schema"); p.has(f) {
+		d.info.InputSchema = p.inputSchema(f, tt.InputSchema)
+	}
+	d.tool = t
+	return d, len(p.problems) == before
 }
 
 // concurrency decodes the RFD 129 forms: N, { key, limit }, { key }.

@@ -12,9 +12,10 @@ import (
 // field whose name differs only in case, which this configuration does not
 // accept.
 var (
-	topKeys         = []string{"runner", "tools", "reply"}
+	topKeys         = []string{"runner", "tools", "reply", "mcp_servers"}
 	runnerKeys      = []string{"max_concurrent_tools", "per_tenant", "per_tool", "parallel_tool_calls", "on_tool_error", "workspace", "unmarked", "retention"}
-	toolKeys        = []string{"command", "concurrency", "safe", "safe_if", "read_only_hint", "idempotent", "timeout", "fan_out", "enabled", "lock_keys"}
+	toolKeys        = toolFields
+	serverKeys      = []string{"command", "env", "url", "prefix", "start_timeout"}
 	concurrencyKeys = []string{"key", "limit"}
 	fanOutKeys      = []string{"enabled", "on_error"}
 )
@@ -28,7 +29,7 @@ func (p *parser) unknownKeys() {
 	}
 	var reported []toml.Key
 	for _, k := range p.md.Keys() {
-		if under(k, p.bad) || under(k, reported) {
+		if under(k, p.bad) || under(k, reported) || freeForm(k) {
 			continue
 		}
 		names := namesAt(k)
@@ -63,6 +64,8 @@ func namesAt(k toml.Key) []string {
 		return concurrencyKeys
 	case k[0] == "tools" && len(k) == 4 && k[2] == "fan_out":
 		return fanOutKeys
+	case k[0] == "mcp_servers" && len(k) == 3:
+		return serverKeys
 	}
 	return nil
 }

@@ -1,0 +1,184 @@
+package mcptools
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// The SDK does not hand a tool handler the JSON-RPC id of its request, and
+// the proxy names each call by it (the call id `lanectl status` shows). So
+// the proxy reads each message before the SDK does and writes the id of a
+// tools/call request into its params' _meta, under metaRequestID, in
+// place of anything the client put there. A message it cannot read is
+// passed on untouched, for the SDK to answer.
+
+// metaRequestID is the _meta key the proxy puts a tools/call's request id
+// under.
+const metaRequestID = "lanes/requestId"
+
+// maxTagged bounds the messages the proxy reads for their id: longer ones
+// are passed on untouched (their calls get an id of the proxy's own).
+const maxTagged = 4 << 20
+
+// tagRequestID returns msg, a JSON-RPC message or batch, with the id of
+// each tools/call request written into its params' _meta.
+func tagRequestID(msg []byte) []byte {
+	if !bytes.Contains(msg, []byte(`tools/call`)) {
+		return msg // the common case, read no further
+	}
+	trimmed := bytes.TrimSpace(msg)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var batch []json.RawMessage
+		if json.Unmarshal(trimmed, &batch) != nil {
+			return msg
+		}
+		for i, m := range batch {
+			batch[i] = tagOne(m)
+		}
+		out, err := json.Marshal(batch)
+		if err != nil {
+			return msg
+		}
+		return out
+	}
+	return tagOne(msg)
+}
+
+// tagOne tags one message, a JSON object.
+func tagOne(msg []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(msg, &m) != nil {
+		return msg
+	}
+	var method string
+	id, hasID := m["id"]
+	if !hasID || json.Unmarshal(m["method"], &method) != nil || method != "tools/call" {
+		return msg
+	}
+	params := map[string]json.RawMessage{}
+	if raw, ok := m["params"]; ok && json.Unmarshal(raw, &params) != nil {
+		return msg
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := params["_meta"]; ok && string(raw) != "null" && json.Unmarshal(raw, &meta) != nil {
+		return msg
+	}
+	meta[metaRequestID] = id
+	var err error
+	if params["_meta"], err = json.Marshal(meta); err != nil {
+		return msg
+	}
+	if m["params"], err = json.Marshal(params); err != nil {
+		return msg
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return msg
+	}
+	return out
+}
+
+// tagReader returns r, newline-delimited JSON-RPC messages (the stdio
+// transport), with each message tagged. With flight, it notes the
+// requests read, and holds the end of r back until flight has none left
+// unanswered or done is closed (see inFlight).
+func tagReader(r io.ReadCloser, flight *inFlight, done <-chan struct{}) io.ReadCloser {
+	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r, flight: flight, done: done}
+}
+
+type taggingReader struct {
+	r      *bufio.Reader
+	c      io.Closer
+	flight *inFlight
+	done   <-chan struct{}
+
+	line []byte // the message being read, up to maxTagged bytes
+	out  []byte // what Read gives next
+	long bool   // the message passed maxTagged: passed on untouched
+	err  error
+}
+
+func (t *taggingReader) Read(p []byte) (int, error) {
+	for len(t.out) == 0 {
+		if t.err != nil {
+			if t.flight != nil {
+				select {
+				case <-t.flight.idleCh(): // every request answered: end the session
+				case <-t.done:
+				}
+				t.flight = nil
+			}
+			return 0, t.err
+		}
+		chunk, err := t.r.ReadSlice('\n')
+		switch {
+		case t.long:
+			t.out = append(t.out[:0], chunk...)
+		case len(t.line)+len(chunk) > maxTagged:
+			t.out = append(append(t.out[:0], t.line...), chunk...)
+			t.line, t.long = t.line[:0], true
+		default:
+			t.line = append(t.line, chunk...)
+		}
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue // more of the same message
+		case err != nil:
+			t.err = err
+		}
+		if !t.long && len(t.line) > 0 {
+			t.out = append(t.out[:0], tagLine(t.line)...)
+			if t.flight != nil {
+				t.flight.sawInput(t.line)
+			}
+		}
+		t.line, t.long = t.line[:0], false
+	}
+	n := copy(p, t.out)
+	t.out = t.out[n:]
+	return n, nil
+}
+
+func (t *taggingReader) Close() error { return t.c.Close() }
+
+// tagLine tags one line, keeping its line break.
+func tagLine(line []byte) []byte {
+	body := bytes.TrimRight(line, "\r\n")
+	tagged := tagRequestID(body)
+	if len(tagged) == len(body) && bytes.Equal(tagged, body) {
+		return line
+	}
+	return append(tagged, line[len(body):]...)
+}
+
+// tagHTTP returns h with the body of each POST tagged.
+func tagHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost || req.Body == nil {
+			h.ServeHTTP(w, req)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxTagged+1))
+		if err != nil {
+			http.Error(w, "cannot read the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(body) > maxTagged {
+			req.Body = readCloser{io.MultiReader(bytes.NewReader(body), req.Body), req.Body}
+			h.ServeHTTP(w, req)
+			return
+		}
+		body = tagRequestID(body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+		h.ServeHTTP(w, req)
+	})
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}

@@ -1,0 +1,98 @@
+package mcptools
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+)
+
+// metaID returns the lanes/requestId a tagged tools/call carries, "" for
+// none.
+func metaID(t *testing.T, msg []byte) string {
+	t.Helper()
+	var m struct {
+		Params struct {
+			Meta map[string]json.RawMessage `json:"_meta"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(msg, &m); err != nil {
+		t.Fatalf("tagged message %q: %v", msg, err)
+	}
+	return string(m.Params.Meta[metaRequestID])
+}
+
+func TestTagRequestID(t *testing.T) {
+	for _, tt := range []struct{ msg, want string }{
+		{`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}`, `3`},
+		{`{"jsonrpc":"2.0","id":"a-1","method":"tools/call","params":{"name":"x","_meta":{"progressToken":1}}}`, `"a-1"`},
+		{`{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"x","_meta":{"lanes/requestId":"spoofed"}}}`, `4`},
+		{`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"x","_meta":null}}`, `5`},
+		{`{"jsonrpc":"2.0","id":6,"method":"tools/call"}`, `6`},
+	} {
+		if got := metaID(t, tagRequestID([]byte(tt.msg))); got != tt.want {
+			t.Errorf("tagRequestID(%s): id %s; want %s", tt.msg, got, tt.want)
+		}
+	}
+	// Untouched: other methods, notifications, what is not JSON or has a
+	// _meta that is not an object (the SDK answers those).
+	for _, msg := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`,
+		`{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":3}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":[1]}`,
+		`not json tools/call`,
+		`{"jsonrpc":"2.0","id":1,"result":{"note":"tools/call"}}`,
+	} {
+		if got := string(tagRequestID([]byte(msg))); got != msg {
+			t.Errorf("tagRequestID(%s) = %s; want it untouched", msg, got)
+		}
+	}
+	batch := `[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}},{"jsonrpc":"2.0","id":2,"method":"ping"}]`
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(tagRequestID([]byte(batch)), &msgs); err != nil || len(msgs) != 2 {
+		t.Fatalf("tagged batch: %v", err)
+	}
+	if got := metaID(t, msgs[0]); got != "1" {
+		t.Errorf("batch's tools/call: id %s; want 1", got)
+	}
+}
+
+// The stdio reader tags each line, keeps its line break, passes on a
+// line longer than maxTagged untouched, and ends with the input.
+func TestTaggingReader(t *testing.T) {
+	long := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x","arguments":{"s":"` + strings.Repeat("a", maxTagged) + `"}}}`
+	in := `{"jsonrpc":"2.0","id":1,"method":"initialize"}` + "\n" +
+		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}` + "\n" +
+		long + "\n" +
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"y"}}` // no final line break
+	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("got %d lines; want 4", len(lines))
+	}
+	if lines[0] != `{"jsonrpc":"2.0","id":1,"method":"initialize"}` {
+		t.Errorf("line 1 = %s; want it untouched", lines[0])
+	}
+	if metaID(t, []byte(lines[1])) != "2" || metaID(t, []byte(lines[3])) != "3" {
+		t.Errorf("lines 2 and 4 = %s, %s; want their ids tagged", lines[1], lines[3])
+	}
+	if lines[2] != long {
+		t.Errorf("the long line changed (%d bytes, want %d)", len(lines[2]), len(long))
+	}
+}
+
+// slowReader gives s a few bytes at a time, as a pipe may.
+type slowReader struct{ s string }
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if r.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), 7777)], r.s)
+	r.s = r.s[n:]
+	return n, nil
+}
