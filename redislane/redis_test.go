@@ -113,13 +113,17 @@ func TestHandoffByHintRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wb.Close() })
-	holder, waiter := slowPoller(t, b), slowPoller(t, wb)
+	holder := slowPoller(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	h, err := holder.Acquire(ctx, lanes.Request{Lanes: one("k", 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The waiter subscribes after the holder's grant made the namespace:
+	// that first grant tells every subscriber to look (a poll the waiter
+	// would otherwise make at a moment of its own, inside the count below).
+	waiter := slowPoller(t, wb)
 	tk, err := waiter.Enqueue(ctx, lanes.Request{Lanes: one("k", 1)})
 	if err != nil {
 		t.Fatal(err)

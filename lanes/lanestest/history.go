@@ -52,7 +52,15 @@ func testRandomHistory(t *testing.T, inst Instance) {
 						r.Lanes = append(r.Lanes, lanes.Lane{Key: k, Limit: limits[k]})
 					}
 				}
-				ctx, cancel := context.WithTimeout(ctxT(t), time.Duration(1+rng.IntN(30))*time.Millisecond)
+				// One wait in three is cut short (1-30 ms), to put cancelled
+				// waiters in the queues; the rest wait as long as it takes, so
+				// the history holds grants in a known order however slow the
+				// machine is.
+				wait := 10 * time.Second
+				if rng.IntN(3) == 0 {
+					wait = time.Duration(1+rng.IntN(30)) * time.Millisecond
+				}
+				ctx, cancel := context.WithTimeout(ctxT(t), wait)
 				called := clock.Add(1)
 				l, err := s.Acquire(ctx, r)
 				returned := clock.Add(1)
