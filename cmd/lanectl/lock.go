@@ -97,7 +97,8 @@ once (exit 80).
 Unless its standard input is a terminal, CMD runs in a process group of its
 own, and every signal lock sends reaches the whole group, so the commands CMD
 starts stop with it; when CMD exits, what it left running in its group gets
-SIGKILL before the keys are released. On Linux, so does what CMD started out
+SIGTERM, a second to exit (a nested lock releases its keys then), then SIGKILL,
+before the keys are released. On Linux, so does what CMD started out
 of its group (setsid), and if lock itself dies, even by SIGKILL, CMD and
 every process it started die with it: a supervisor (lanectl run again,
 "lanes-supervisor") stands between lock and CMD. With a terminal on standard

@@ -110,3 +110,34 @@ func TestWrongPasswordIsPermission(t *testing.T) {
 		t.Fatalf("stderr = %q; want a refusal without the password", stderr)
 	}
 }
+
+// Real Redis: SIGTERM to a `lanectl lock` whose command is a shell running a
+// nested `lanectl lock` stops the shell at once; the nested lanectl, left
+// running in the shell's group, gets SIGTERM and time to release its own
+// lease before the outer one releases and exits: no key is left held for
+// its TTL.
+func TestLockNestedTermReleasesEveryKeyRealRedis(t *testing.T) {
+	s := newRealRedis(t)
+	dir := t.TempDir()
+	inner := filepath.Join(dir, "inner")
+	// "; true" keeps the shell from exec'ing the nested lanectl: it stays
+	// the command, and dies of SIGTERM while the nested lanectl releases.
+	script := `"$0" --redis "$1" --namespace "$2" lock --ttl 1m inner -- sh -c 'echo $$ >"$0"; sleep 60' "$3"; true`
+	p := startBin(t, s.args("lock", "--ttl", "1m", "outer", "--", "sh", "-c", script, lanectlBin, s.url, s.ns, inner)...)
+	eventually(t, "the nested command runs", func() bool { return alive(inner) })
+	if snap := s.inspect(t); len(snap.Keys) != 2 {
+		t.Fatalf("Inspect() = %+v; want outer and inner held", snap.Keys)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("lock = %d; want %d (its command died of SIGTERM); stderr: %s", code, 128+int(syscall.SIGTERM), p.stderr)
+	}
+	if snap := s.inspect(t); len(snap.Keys) != 0 {
+		for _, k := range snap.Keys {
+			t.Errorf("%s still has holders %+v once the outer lanectl exited; want every lease released", k.Key, k.Holders)
+		}
+	}
+	if alive(inner) {
+		t.Errorf("the nested command still runs")
+	}
+}
