@@ -71,7 +71,7 @@ func TestLockIDInUse(t *testing.T) {
 	p := startBin(t, s.args("lock", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
 	eventually(t, "the first holds", func() bool { return fileExists(ready) })
 	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
-	if code != exitUsage || !strings.Contains(stderr, "held by another owner") {
+	if code != exitUsage || !strings.Contains(stderr, "--id same: entry same is held by another owner") || strings.Contains(stderr, "lanes: ") {
 		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner", code, stderr, exitUsage)
 	}
 	assertOneLine(t, stderr)
