@@ -321,3 +321,73 @@ func TestStoredOutcomeWithoutItsLargeOutput(t *testing.T) {
 		}
 	})
 }
+
+// An entry id names one request (DESIGN.md invariant 8), and a call's entry
+// id is its run id and call id: two runs started at once with the same run
+// id, whose call c1 names other lock keys in each (the model wrote other
+// arguments), do not share c1's entry. The second run's c1 alone fails,
+// with an error outcome naming the call, and runs nothing; its other
+// calls, enqueued in the same step, run; the first run's c1, waiting
+// meanwhile, keeps its place and runs once its key is free. Each run has
+// its own Session (two replicas). In memory, on miniredis and on real Redis.
+func TestSameRunIDOtherLockKeysFailsOnlyThatCall(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		cfg := sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+			"edit": {
+				LockKeys: func(_ context.Context, args json.RawMessage) ([]string, error) {
+					var a struct{ Path string }
+					if err := json.Unmarshal(args, &a); err != nil {
+						return nil, err
+					}
+					return []string{a.Path}, nil
+				},
+				Run: func(_ context.Context, inv sched.Invocation) (string, error) {
+					log.ran(inv.CallID + " " + string(inv.Args))
+					return "edited", nil
+				},
+			},
+		}}
+		blocker, err := e.session.Acquire(testCtx(t), lanes.Request{ID: "blocker", Lanes: []lanes.Lane{{Key: sched.LockPrefix + "a", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer blocker.Release(context.Background())
+
+		first := newScheduler(t, cfg, e.newSession(t))
+		firstDone := runAsync(t, context.Background(), first, calls(`c1:edit:{"path":"a"}`), sched.Options{RunID: "bound-run"})
+		for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+			if _, waiters := e.inspect(sched.LockPrefix + "a"); len(waiters) == 1 && waiters[0] == "c1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the first run's c1 never queued for lock:a")
+			}
+		}
+
+		second := newScheduler(t, cfg, e.newSession(t))
+		res := e.run(second, calls(`c1:edit:{"path":"b"}`, `c2:edit:{"path":"c"}`, `c3:edit:{"path":"d"}`), sched.Options{RunID: "bound-run"})
+		wantStatus(t, res, map[string]sched.Status{"c1": sched.Failed, "c2": sched.OK, "c3": sched.OK})
+		o := res.Outcomes[0]
+		if !errors.Is(o.Err, lanes.ErrIDConflict) || o.Code != sched.CodeLanes || !strings.Contains(errText(o.Err), "bound-run/c1") {
+			t.Errorf("second run's c1: %s %s %v; want an error outcome, code %s, naming bound-run/c1 and wrapping lanes.ErrIDConflict", o.Status, o.Code, o.Err, sched.CodeLanes)
+		}
+		if n := log.times(`c1 {"path":"b"}`); n != 0 {
+			t.Errorf("second run's c1 ran %d times; want never", n)
+		}
+		if _, waiters := e.inspect(sched.LockPrefix + "a"); len(waiters) != 1 || waiters[0] != "c1" {
+			t.Errorf("lock:a waiters after the refusal: %v; want the first run's c1, still queued", waiters)
+		}
+		if holders, waiters := e.inspect(sched.LockPrefix + "b"); len(holders)+len(waiters) != 0 {
+			t.Errorf("lock:b holders %v, waiters %v after the refusal; want none", holders, waiters)
+		}
+
+		if err := blocker.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, firstDone.wait(t), map[string]sched.Status{"c1": sched.OK})
+		if n := log.times(`c1 {"path":"a"}`); n != 1 {
+			t.Errorf("first run's c1 ran %d times; want once", n)
+		}
+	})
+}

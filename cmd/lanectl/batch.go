@@ -150,17 +150,11 @@ func (o *batchOptions) complete() error {
 	if err := o.completeReply(); err != nil {
 		return err
 	}
-	if o.runID != "" {
-		req := lanes.Request{ID: o.runID + "/call"}
-		if len(o.runID) > maxRunID || req.Validate() != nil {
-			return usageErrorf("bad --run-id %q: it must be printable, without spaces, at most %d bytes", o.runID, maxRunID)
-		}
+	if o.runID != "" && (len(o.runID) > maxRunID || lanes.ValidateEntryID(o.runID) != nil) {
+		return usageErrorf("bad --run-id %q: it must be printable, without spaces, at most %d bytes", o.runID, maxRunID)
 	}
-	if o.tenant != "" {
-		req := lanes.Request{ID: "x", Tenant: o.tenant, Lanes: []lanes.Lane{{Key: sched.TenantPrefix + o.tenant, Limit: 1}}}
-		if err := req.Validate(); err != nil {
-			return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
-		}
+	if o.tenant != "" && lanes.ValidateField("tenant", o.tenant) != nil { // then its lane key is valid too
+		return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
 	}
 	return nil
 }

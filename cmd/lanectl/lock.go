@@ -339,7 +339,7 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		return usageErrorf("%s", describe(err))
 	}
 	if errors.Is(err, lanes.ErrNotHolder) {
-		return usageErrorf("--id %s: %s", o.id, strings.TrimPrefix(err.Error(), lanes.ErrNotHolder.Error()+": "))
+		return usageErrorf("--id %s: %s", o.id, reason(err))
 	}
 	return o.global.unavailable(err)
 }
@@ -427,9 +427,13 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 	return &exitError{code: status}
 }
 
-// reason is err's message without the sentinel's own prefix.
+// reason is what err says happened to the entry (lanes.EntryError's
+// Reason: the words after the sentinel's), else its message.
 func reason(err error) string {
-	return strings.TrimPrefix(err.Error(), lanes.ErrLeaseLost.Error()+": ")
+	if ee := (*lanes.EntryError)(nil); errors.As(err, &ee) {
+		return ee.Reason
+	}
+	return err.Error()
 }
 
 // childStatus returns the exit status lanectl passes on for the command,

@@ -71,7 +71,7 @@ func TestLockIDInUse(t *testing.T) {
 	p := startBin(t, s.args("lock", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
 	eventually(t, "the first holds", func() bool { return fileExists(ready) })
 	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
-	if code != exitUsage || !strings.Contains(stderr, "held by another owner") {
+	if code != exitUsage || !strings.Contains(stderr, "--id same: entry same is held by another owner") || strings.Contains(stderr, "lanes: ") {
 		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner", code, stderr, exitUsage)
 	}
 	assertOneLine(t, stderr)
@@ -139,5 +139,71 @@ func TestLockNestedTermReleasesEveryKeyRealRedis(t *testing.T) {
 	}
 	if alive(inner) {
 		t.Errorf("the nested command still runs")
+	}
+}
+
+// An entry id names one request (DESIGN.md invariant 8): with `lock --id X
+// a` holding a, or waiting for it, `lock --id X b` is a usage error (64) in
+// one line saying the id names another request; b is not taken, its command
+// does not run, and the first lock keeps its place. Real Redis, one
+// namespace per subtest; every lanectl is its own process.
+func TestLockIDOtherKeysIsUsage(t *testing.T) {
+	for _, waiting := range []bool{false, true} {
+		name := map[bool]string{false: "holding", true: "waiting"}[waiting]
+		t.Run(name, func(t *testing.T) {
+			s := newRealRedis(t)
+			dir := t.TempDir()
+			if waiting {
+				held := filepath.Join(dir, "held")
+				other := startBin(t, s.args("lock", "a", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", held)...)
+				eventually(t, "another lock holds a", func() bool { return fileExists(held) })
+				t.Cleanup(func() { other.signal(t, syscall.SIGTERM); other.wait(t) })
+			}
+			ready := filepath.Join(dir, "ready")
+			first := startBin(t, s.args("lock", "--id", "X", "a", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
+			firstIn := func() bool { // X holds a, or (waiting) waits for it
+				for _, k := range s.inspect(t).Keys {
+					if k.Key != "a" {
+						continue
+					}
+					for _, h := range k.Holders {
+						if h.ID == "X" {
+							return !waiting
+						}
+					}
+					for _, w := range k.Waiters {
+						if w.ID == "X" {
+							return waiting
+						}
+					}
+				}
+				return false
+			}
+			if waiting {
+				eventually(t, "lock --id X waits for a", firstIn)
+			} else {
+				eventually(t, "lock --id X holds a", func() bool { return fileExists(ready) })
+			}
+
+			ran := filepath.Join(dir, "ran")
+			code, _, stderr := runBin(t, s.args("lock", "--id", "X", "b", "--", "touch", ran)...)
+			if code != exitUsage || !strings.Contains(stderr, "entry id X already names another request") {
+				t.Errorf("lock --id X b = %d, %q; want %d saying entry id X names another request", code, stderr, exitUsage)
+			}
+			assertOneLine(t, stderr)
+			if fileExists(ran) {
+				t.Errorf("the command of lock --id X b ran")
+			}
+			for _, k := range s.inspect(t).Keys {
+				if k.Key == "b" {
+					t.Errorf("b has holders %v and waiters %v; want none", k.Holders, k.Waiters)
+				}
+			}
+			if !firstIn() {
+				t.Errorf("lock --id X a lost its place on a")
+			}
+			first.signal(t, syscall.SIGTERM)
+			first.wait(t)
+		})
 	}
 }

@@ -38,8 +38,8 @@ exits 1 when a named entry was not found.`,
 				return usageErrorf("release needs at least one ENTRY id (see lanectl status)")
 			}
 			for _, id := range args {
-				if err := (lanes.Request{ID: id}).Validate(); err != nil {
-					return usageErrorf("bad entry id: %v", err)
+				if err := lanes.ValidateEntryID(id); err != nil {
+					return usageErrorf("%s", describe(err))
 				}
 			}
 			return nil
