@@ -5,8 +5,11 @@ package main
 // the tests) whose fast tests must catch it. An edit is an exact text
 // replacement; when its old text is not in the file exactly once, the
 // mutation is reported broken and make mutate fails, so a rewrite of the
-// code shows here instead of passing silently. Update the edit with the
-// code it targets.
+// code shows here instead of passing silently. TestEveryMutationApplies
+// (mutations_test.go) checks the same in a fraction of a second without
+// running any tests, so go test ./... (make test) fails on such a rewrite
+// too. Update the edit with the code it targets, so that it plants the same
+// bug (its What), and run it alone: go run ./scripts/mutate -run NAME.
 
 // slow are the tests of a package that make mutate skips (go test -skip):
 // load tests no mutation needs, which would only make every run longer.
@@ -113,6 +116,18 @@ var mutations = []Mutation{
 			File: "sched/exec.go",
 			Old:  `	if t.Idempotent {`,
 			New:  `	if !t.Idempotent {`,
+		}},
+		Pkgs: []string{"./sched"},
+	},
+	{
+		Name: "sched/rerun-idempotent-flipped",
+		What: "a call a stopped run left in flight is called safe to retry on the next run when its tool is not idempotent (rule 8)",
+		Edits: []Edit{{
+			File: "sched/records.go",
+			Old: `		if t.Idempotent {
+			o.Status, o.Code = SafeToRetry, CodeSafeToRetry`,
+			New: `		if !t.Idempotent {
+			o.Status, o.Code = SafeToRetry, CodeSafeToRetry`,
 		}},
 		Pkgs: []string{"./sched"},
 	},
