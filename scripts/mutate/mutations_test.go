@@ -125,3 +125,23 @@ func moduleRoot(t *testing.T) string {
 		dir = up
 	}
 }
+
+// TestParses checks that the guard tells a planted file that no longer
+// parses, in Go and in Lua, from one that does.
+func TestParses(t *testing.T) {
+	for _, c := range []struct {
+		name, src string
+		ok        bool
+	}{
+		{"a.go", "package a\n\nfunc f() bool { return false && true }\n", true},
+		{"a.go", "package a\n\nfunc f() bool { return false && }\n", false},
+		{"a.lua", "local function f(e)\n  if false and e.s == 'h' then return end\nend\n", true},
+		{"a.lua", "local function f(e)\n  if false and then return end\nend\n", false},
+		{"a.lua", "local x = 1 +\n", false},
+		{"a.md", "anything (", true},
+	} {
+		if err := parses(c.name, []byte(c.src)); (err == nil) != c.ok {
+			t.Errorf("parses(%s, %q) = %v; want ok %v", c.name, c.src, err, c.ok)
+		}
+	}
+}
