@@ -135,6 +135,67 @@ func TestRestartedRunNeverRunsASettledCallTwice(t *testing.T) {
 	}
 }
 
+// A process killed while a call ran leaves only that call's record of its
+// start, never its outcome (TestRestartedRunNeverRunsASettledCallTwice's
+// first process lives to record one). The run started again with the same
+// id reports that call indeterminate (a non-idempotent tool) or safe to
+// retry (an idempotent one), without running it, and runs the call that
+// has no record. The start record is a real one, read by the call's body
+// from the records of an earlier run of the same calls. In memory, on
+// miniredis and on real Redis.
+func TestRestartedRunReportsACallLeftInFlight(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		name := map[bool]string{false: "indeterminate", true: "safe_to_retry"}[idempotent]
+		t.Run(name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, e *env) {
+				log := newExecLog()
+				var started []byte // c1's record while its body runs
+				body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+					log.ran(inv.RunID + "/" + inv.CallID)
+					if inv.RunID == "model-run" && inv.CallID == "c1" {
+						recs, err := e.session.Records(ctx, inv.RunID)
+						if err != nil {
+							return "", err
+						}
+						started = recs["c1"]
+					}
+					return "did " + inv.CallID, nil
+				}
+				s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+					"step": {Concurrency: sched.Concurrency{Key: "steps"}, Idempotent: idempotent, Run: body},
+				}})
+				cs := calls("c1:step", "c2:step")
+				wantStatus(t, e.run(s, cs, sched.Options{RunID: "model-run"}), map[string]sched.Status{"c1": sched.OK, "c2": sched.OK})
+				if len(started) == 0 {
+					t.Fatal("c1's body found no record of its start")
+				}
+				// What the killed process of run "killed-run" left behind.
+				if err := e.session.Record(context.Background(), "killed-run", "c1", started, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+
+				res := e.run(s, cs, sched.Options{RunID: "killed-run"})
+				want, wantCode := sched.Indeterminate, sched.CodeIndeterminate
+				if idempotent {
+					want, wantCode = sched.SafeToRetry, sched.CodeSafeToRetry
+				}
+				wantStatus(t, res, map[string]sched.Status{"c1": want, "c2": sched.OK})
+				if o := res.Outcomes[0]; o.Code != wantCode || !o.Stored {
+					t.Errorf("c1: code %q (%v), stored %v; want %q, stored", o.Code, o.Err, o.Stored, wantCode)
+				}
+				if o := res.Outcomes[1]; o.Stored || o.Output != "did c2" {
+					t.Errorf("c2: stored %v, output %q; want run, not stored", o.Stored, o.Output)
+				}
+				for id, n := range map[string]int{"killed-run/c1": 0, "killed-run/c2": 1} {
+					if got := log.times(id); got != n {
+						t.Errorf("%s executed %d times; want %d", id, got, n)
+					}
+				}
+			})
+		})
+	}
+}
+
 // A run started again with the same id after it ended returns every
 // outcome from its records, fanned-out operations included, and runs
 // nothing; a call whose id the records hold for other arguments is refused
