@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -151,4 +153,80 @@ func BenchmarkEnqueueBatch10(b *testing.B) {
 	if i > 1 {
 		b.ReportMetric(float64(counted)/float64(i-1), "roundtrips/op")
 	}
+}
+
+// BenchmarkReleaseWaiters10k is the work of Session.Close with 10,000
+// waiters (RealRedis): one holder of a key of limit 1 and 10,000 entries
+// queued behind it, released in steps of 250 ids, as a Session does. One
+// op releases all 10,000; script-ms/op is the time Redis spent in the
+// release scripts (INFO commandstats of FCALL and EVALSHA), which is
+// what holds the server.
+func BenchmarkReleaseWaiters10k(b *testing.B) {
+	c := realClient(b)
+	be := newBackend(b, c)
+	admin := redis.NewClient(c.Options())
+	defer admin.Close()
+	ctx := context.Background()
+	o := lanes.Owner{ID: "benchowner", Host: "h", PID: 1}
+	lane := []lanes.Lane{{Key: "k", Limit: 1}}
+	if _, err := be.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "holder", Lanes: lane}}); err != nil {
+		b.Fatal(err)
+	}
+	var scriptUsec int64
+	round := 0
+	for b.Loop() {
+		b.StopTimer()
+		round++
+		ids := make([]string, 10000)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("w%d-%d", round, i)
+		}
+		for piece := range slices.Chunk(ids, 500) {
+			reqs := make([]lanes.Request, len(piece))
+			for i, id := range piece {
+				reqs[i] = lanes.Request{ID: id, Lanes: lane}
+			}
+			if _, err := be.Enqueue(ctx, o, time.Minute, reqs); err != nil {
+				b.Fatal(err)
+			}
+		}
+		u0 := scriptTime(b, admin)
+		b.StartTimer()
+		for piece := range slices.Chunk(ids, 250) {
+			if _, err := be.Release(ctx, o.ID, piece); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		scriptUsec += scriptTime(b, admin) - u0
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(scriptUsec)/1000/float64(b.N), "script-ms/op")
+}
+
+// scriptTime is the µs Redis spent running scripts and functions (FCALL,
+// EVALSHA, EVAL in INFO commandstats), server-wide.
+func scriptTime(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(rest, ":")
+		if name != "fcall" && name != "evalsha" && name != "eval" {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
 }

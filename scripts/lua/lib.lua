@@ -89,6 +89,9 @@ local expired -- entries this step removed as expired
 local REAPED -- a reap of this step removed every expired entry
 local DEAD -- expired waiters this step may still remove from queue heads
 local MORE -- the step left expired entries it could not remove: ask again
+-- removals put off by a step that removes many entries (gather): queue
+-- members, and ids whose record and deadline go; drain issues them
+local PENDING
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
 -- the protocol, reads the clock and forgets what an earlier step of the
@@ -112,6 +115,7 @@ local function begin(KEYS, ARGV, nkeys)
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
+  PENDING = nil
 end
 
 -- Input checks, the same rules as package lanes.
@@ -231,9 +235,47 @@ local function store(e)
   ERAW[id] = raw
 end
 
+-- forget removes the entry id's record and deadline; unqueue removes a
+-- member of queue. Between gather() and drain(), both are put off and
+-- drain issues them in one command per key (a release of many ids costs
+-- three commands, not three per id). Nothing between the two reads queue
+-- or deadlines for an entry removed meanwhile: a removed entry is absent
+-- from ERAW at once, and no step adds back what it removed.
 local function forget(id)
-  redis.call('HDEL', K_ENTRIES, id)
   ERAW[id] = false
+  if PENDING then
+    PENDING.e[#PENDING.e + 1] = id
+    return
+  end
+  redis.call('HDEL', K_ENTRIES, id)
+  redis.call('ZREM', K_DEADLINES, id)
+end
+
+local function unqueue(m)
+  if PENDING then
+    PENDING.q[#PENDING.q + 1] = m
+    return
+  end
+  redis.call('ZREM', K_QUEUE, m)
+end
+
+local function gather() PENDING = PENDING or {q = {}, e = {}} end
+
+-- mdel runs cmd (a removal) on key with the members of list, in pieces
+-- small enough for unpack.
+local function mdel(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(#list, i + 999)))
+  end
+end
+
+local function drain()
+  local p = PENDING
+  PENDING = nil
+  if not p then return end
+  mdel('ZREM', K_QUEUE, p.q)
+  mdel('HDEL', K_ENTRIES, p.e)
+  mdel('ZREM', K_DEADLINES, p.e)
 end
 
 local mark_line
@@ -287,6 +329,7 @@ end
 local function idle(r) return #r.h == 0 and r.w == 0 end
 
 local function flush()
+  drain()
   local args = {}
   for key in pairs(dirty) do
     local r = KREC[key]
@@ -574,7 +617,7 @@ remove = function(e, touched)
       if e.s == 'h' then
         drop_holder(r, e.id)
       else
-        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+        unqueue(qmember(key, e.q, e.id))
         r.w = r.w - 1
       end
       kput(key)
@@ -582,7 +625,6 @@ remove = function(e, touched)
     end
   end
   forget(e.id)
-  redis.call('ZREM', K_DEADLINES, e.id)
   if e.s == 'h' and e.b then
     -- A kept lender that goes (its deadline passed, or an operator
     -- released it): its revoked borrowers, told already, go with it.
@@ -701,6 +743,7 @@ end
 -- expired holder or waiter found on the way is removed (its keys join the
 -- scan). Nothing is granted while the namespace is frozen.
 local function scan(touched)
+  drain()
   local done, budget = {}, SCAN_MAX * 4
   local cands, seen = {}, {}
   while budget > 0 do

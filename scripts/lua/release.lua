@@ -63,6 +63,7 @@ if lean then
 end
 if lean then
   local was = {}
+  gather()
   for i, e in ipairs(es) do
     was[i] = 'h'
     remove(e, {})
@@ -75,6 +76,7 @@ err = full(by ~= '' and tomb > 0) -- a settle's tombstones need a state to live 
 if err then return err end
 local touched, was, ids = {}, {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
+gather() -- the removals go in one command per key, before the scan
 for _, id in ipairs(list) do
   was[#was + 1] = release_entry(id, by, by == '' and tomb or 0, touched)
   if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
