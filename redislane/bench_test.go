@@ -3,10 +3,10 @@ package redislane_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"slices"
 	"testing"
 	"time"
 
