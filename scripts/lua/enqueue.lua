@@ -274,16 +274,16 @@ end
 
 -- Sequence numbers stay below MAX_SEQ: past it they start again from 1
 -- when no entry waits (only waiters' order rests on them); while entries
--- wait, the step is refused before any change.
-do
-  local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
-  if seq + #reqs > MAX_SEQ then
-    if redis.call('ZCARD', K_QUEUE) > 1 then
-      finish()
-      return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
-    end
-    redis.call('HSET', K_META, 'seq', 0)
+-- wait, the step is refused before any change. seq is the last number
+-- taken; the step writes it back once, at its end.
+local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
+local seq0 = seq
+if seq + #reqs > MAX_SEQ then
+  if redis.call('ZCARD', K_QUEUE) > 1 then
+    finish()
+    return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
   end
+  seq, seq0 = 0, -1
 end
 
 -- room reports whether every key of r's queued lanes has room for one more
@@ -384,7 +384,8 @@ for i, r in ipairs(reqs) do
         if now then
           grant(e, false, NOW + ttl, false)
         else
-          e.q = redis.call('HINCRBY', K_META, 'seq', 1)
+          seq = seq + 1
+          e.q = seq
           for _, kl in ipairs(queued) do
             redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], e.q, r.id))
             local kr = kget(kl[1])
@@ -394,11 +395,14 @@ for i, r in ipairs(reqs) do
           store(e)
           redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
         end
-        out[i] = status(e, true)
+        -- A new waiter has the highest sequence number: it is last on
+        -- every key it is queued on, its position that key's count.
+        out[i] = status(e, true, not now)
       end
     end
   end
 end
 
+if seq ~= seq0 then redis.call('HSET', K_META, 'seq', dec(seq)) end
 finish()
 return {EPOCH, out, MORE and 1 or 0}

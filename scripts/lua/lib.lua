@@ -466,20 +466,28 @@ local function full(create)
   reset()
 end
 
--- open reads, in two commands, the markers of lanes and entries with the
--- records of keys and ids the step needs; a missing marker means the state
--- is not whole (or not there): full decides. It returns an error reply or
--- nil.
-local function open(create, keys, ids)
-  local got = mcall('HMGET', K_LANES, keys, '\0')
+-- open reads, in two commands, the markers of entries and lanes with the
+-- records of ids and keys the step needs; a missing marker means the state
+-- is not whole (or not there): full decides. more, when given, is called
+-- between the two reads (the entries read, load works) with the list of
+-- keys and returns it, with the keys the step found it needs too (a
+-- release: the keys of the entries it removes). It returns an error reply
+-- or nil; a step that went through full (checked) must not rely on what
+-- more saw.
+local function open(create, keys, ids, more)
   local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+  if ents[1] then
+    for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
+    if more then keys = more(keys) end
+  end
+  local got = mcall('HMGET', K_LANES, keys, '\0')
   if got[1] and ents[1] then
     local err = read_marker(got[1])
     if err then return err end
     for i, key in ipairs(keys) do KRAW[key] = got[i + 1] end
-    for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
     return nil
   end
+  ERAW = {}
   return full(create)
 end
 
@@ -832,8 +840,10 @@ local function reap(ids)
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},
--- seq} or {id, "w", {key, position, ...}, seq} (positions only when asked).
-local function status(e, positions)
+-- seq} or {id, "w", {key, position, ...}, seq} (positions only when asked;
+-- last: e is known to be last on each key it waits for, so its position is
+-- the key's waiter count, and no query is needed).
+local function status(e, positions, last)
   local detail = {}
   if e.s == 'h' then
     for _, kl in ipairs(e.k) do
@@ -846,7 +856,8 @@ local function status(e, positions)
     for _, kl in ipairs(e.k) do
       if not borrowed(e, kl[1]) then
         detail[#detail + 1] = kl[1]
-        detail[#detail + 1] = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
+        detail[#detail + 1] = last and kget(kl[1]).w
+          or redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
       end
     end
   end
