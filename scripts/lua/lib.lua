@@ -92,6 +92,9 @@ local MORE -- the step left expired entries it could not remove: ask again
 -- removals put off by a step that removes many entries (gather): queue
 -- members, and ids whose record and deadline go; drain issues them
 local PENDING
+-- writes put off by a lean enqueue (putoff): entry records and deadlines,
+-- issued by flush in one command per key
+local PUT
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
 -- the protocol, reads the clock and forgets what an earlier step of the
@@ -115,7 +118,7 @@ local function begin(KEYS, ARGV, nkeys)
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
-  PENDING = nil
+  PENDING, PUT = nil, nil
 end
 
 -- Input checks, the same rules as package lanes.
@@ -231,9 +234,19 @@ local function store(e)
   e.id = nil
   local raw = cjson.encode(e)
   e.id = id
-  redis.call('HSET', K_ENTRIES, id, raw)
+  if PUT then
+    PUT.e[#PUT.e + 1] = id
+    PUT.e[#PUT.e + 1] = raw
+  else
+    redis.call('HSET', K_ENTRIES, id, raw)
+  end
   ERAW[id] = raw
 end
+
+-- putoff makes store and a grant's new deadline wait for flush, which
+-- writes them in one command per key: only for a step that reads no
+-- deadline after it grants (the lean enqueue).
+local function putoff() PUT = {e = {}, d = {}} end
 
 -- forget removes the entry id's record and deadline; unqueue removes a
 -- member of queue. Between gather() and drain(), both are put off and
@@ -261,9 +274,9 @@ end
 
 local function gather() PENDING = PENDING or {q = {}, e = {}} end
 
--- mdel runs cmd (a removal) on key with the members of list, in pieces
--- small enough for unpack.
-local function mdel(cmd, key, list)
+-- mrun runs cmd on key with the arguments of list (members, or field and
+-- value pairs), in pieces small enough for unpack.
+local function mrun(cmd, key, list)
   for i = 1, #list, 1000 do
     redis.call(cmd, key, unpack(list, i, math.min(#list, i + 999)))
   end
@@ -273,9 +286,9 @@ local function drain()
   local p = PENDING
   PENDING = nil
   if not p then return end
-  mdel('ZREM', K_QUEUE, p.q)
-  mdel('HDEL', K_ENTRIES, p.e)
-  mdel('ZREM', K_DEADLINES, p.e)
+  mrun('ZREM', K_QUEUE, p.q)
+  mrun('HDEL', K_ENTRIES, p.e)
+  mrun('ZREM', K_DEADLINES, p.e)
 end
 
 local mark_line
@@ -330,6 +343,11 @@ local function idle(r) return #r.h == 0 and r.w == 0 end
 
 local function flush()
   drain()
+  if PUT then
+    mrun('HSET', K_ENTRIES, PUT.e)
+    mrun('ZADD', K_DEADLINES, PUT.d)
+    PUT = nil
+  end
   local args = {}
   for key in pairs(dirty) do
     local r = KREC[key]
@@ -491,6 +509,22 @@ local function open(create, keys, ids, more)
   return full(create)
 end
 
+-- confirm is full for a step whose open found the markers of entries and
+-- lanes, and whose expiry query found deadlines whole (whole): the same
+-- script run read those three already, so it reads only the markers of
+-- queue, nested and meta, and runs full when one is missing.
+local function confirm(create, whole)
+  if EPOCH and whole and not checked then
+    checked = true
+    if redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')
+        and redis.call('HEXISTS', K_META, '\0') == 1 then
+      return nil
+    end
+    checked = false
+  end
+  return full(create)
+end
+
 -- note_ttl records ttl as the longest TTL in use when it is.
 local function note_ttl(ttl)
   if ttl > MAXTTL then
@@ -539,7 +573,14 @@ local function grant(e, queued, dl, hint)
       kput(key)
     end
   end
-  if not queued then redis.call('ZADD', K_DEADLINES, dl, e.id) end
+  if not queued then
+    if PUT then
+      PUT.d[#PUT.d + 1] = dl
+      PUT.d[#PUT.d + 1] = e.id
+    else
+      redis.call('ZADD', K_DEADLINES, dl, e.id)
+    end
+  end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
   if hint then granted[#granted + 1] = e end

@@ -75,7 +75,7 @@ if lean then
   return {EPOCH, was, {}}
 end
 
-err = full(by ~= '' and tomb > 0) -- a settle's tombstones need a state to live in
+err = confirm(by ~= '' and tomb > 0, whole) -- a settle's tombstones need a state to live in
 if err then return err end
 local touched, was, ids = {}, {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
