@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
 )
 
 // roundTrips counts what a client sends: n one per command and one per
@@ -54,6 +55,18 @@ func benchSession(b *testing.B) (*lanes.Session, *roundTrips, *redis.Client) {
 // commandstats but INFO itself. Redis 7 counts the commands a script runs
 // there too, so a script counts as 1 plus its inner commands.
 func serverCalls(b *testing.B, c *redis.Client) int64 {
+	return commandStat(b, c, "calls=", func(name string) bool { return name != "info" })
+}
+
+// scriptTime is the µs Redis spent running scripts and functions (FCALL,
+// EVALSHA, EVAL in INFO commandstats), server-wide.
+func scriptTime(b *testing.B, c *redis.Client) int64 {
+	return commandStat(b, c, "usec=", func(name string) bool { return name == "fcall" || name == "evalsha" || name == "eval" })
+}
+
+// commandStat sums one field (e.g. "calls=") of the commands of INFO
+// commandstats that count says to.
+func commandStat(b *testing.B, c *redis.Client, field string, count func(name string) bool) int64 {
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
@@ -65,11 +78,11 @@ func serverCalls(b *testing.B, c *redis.Client) int64 {
 			continue
 		}
 		name, fields, _ := strings.Cut(rest, ":")
-		if name == "info" {
+		if !count(name) {
 			continue
 		}
 		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
+			if v, ok := strings.CutPrefix(f, field); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
 				total += n
 			}
@@ -155,6 +168,15 @@ func BenchmarkEnqueueBatch10(b *testing.B) {
 	}
 }
 
+// benchBackend returns a Backend on the real Redis server, in a fresh
+// namespace, and a client of its own for INFO (serverCalls, scriptTime).
+func benchBackend(b *testing.B) (*redislane.Backend, *redis.Client) {
+	c := realClient(b)
+	admin := redis.NewClient(c.Options())
+	b.Cleanup(func() { admin.Close() })
+	return newBackend(b, c), admin
+}
+
 // BenchmarkReleaseWaiters10k is the work of Session.Close with 10,000
 // waiters (RealRedis): one holder of a key of limit 1 and 10,000 entries
 // queued behind it, released in steps of 250 ids, as a Session does. One
@@ -162,10 +184,7 @@ func BenchmarkEnqueueBatch10(b *testing.B) {
 // release scripts (INFO commandstats of FCALL and EVALSHA), which is
 // what holds the server.
 func BenchmarkReleaseWaiters10k(b *testing.B) {
-	c := realClient(b)
-	be := newBackend(b, c)
-	admin := redis.NewClient(c.Options())
-	defer admin.Close()
+	be, admin := benchBackend(b)
 	ctx := context.Background()
 	o := lanes.Owner{ID: "benchowner", Host: "h", PID: 1}
 	lane := []lanes.Lane{{Key: "k", Limit: 1}}
@@ -204,33 +223,6 @@ func BenchmarkReleaseWaiters10k(b *testing.B) {
 	b.ReportMetric(float64(scriptUsec)/1000/float64(b.N), "script-ms/op")
 }
 
-// scriptTime is the µs Redis spent running scripts and functions (FCALL,
-// EVALSHA, EVAL in INFO commandstats), server-wide.
-func scriptTime(b *testing.B, c *redis.Client) int64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, _ := strings.Cut(rest, ":")
-		if name != "fcall" && name != "evalsha" && name != "eval" {
-			continue
-		}
-		for _, f := range strings.Split(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-			}
-		}
-	}
-	return total
-}
-
 // BenchmarkEnqueueStep1000 is one Backend.Enqueue of 1,000 requests on the
 // real Redis server (RealRedis), as the bench harness's enqstep measures:
 // "own keys", each on a key of its own (all granted by the lean path), and
@@ -248,10 +240,7 @@ func BenchmarkEnqueueStep1000(b *testing.B) {
 		{"one key", func(int) string { return "k" }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			c := realClient(b)
-			be := newBackend(b, c)
-			admin := redis.NewClient(c.Options())
-			defer admin.Close()
+			be, admin := benchBackend(b)
 			ctx := context.Background()
 			o := lanes.Owner{ID: "benchowner", Host: "h", PID: 1}
 			if _, err := be.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "holder", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}}); err != nil {
@@ -294,10 +283,7 @@ func BenchmarkEnqueueStep1000(b *testing.B) {
 // issue 12's target is such a release at most 1.5x one that grants
 // nobody (BenchmarkAcquireRelease's release half).
 func BenchmarkReleaseHandoff(b *testing.B) {
-	c := realClient(b)
-	be := newBackend(b, c)
-	admin := redis.NewClient(c.Options())
-	defer admin.Close()
+	be, admin := benchBackend(b)
 	ctx := context.Background()
 	holder, waiter := lanes.Owner{ID: "holder", Host: "h", PID: 1}, lanes.Owner{ID: "waiter", Host: "h", PID: 2}
 	lane := []lanes.Lane{{Key: "k", Limit: 1}}
