@@ -98,7 +98,8 @@ func commandStat(b *testing.B, c *redis.Client, field string, count func(name st
 // of them run inside scripts (scriptcmds/op: rediscmds/op less the
 // commands the client sent); issue 12's target is at most 8 scriptcmds/op.
 // INFO is server-wide: on a server other clients use meanwhile both
-// include their commands.
+// include their commands. script-µs/op is the time Redis spent in the two
+// scripts (INFO commandstats), issue 12's "script time".
 func BenchmarkAcquireRelease(b *testing.B) {
 	s, rt, c := benchSession(b)
 	admin := redis.NewClient(c.Options())
@@ -117,13 +118,14 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 	warm() // loads the scripts
 	rt.n.Store(0)
-	calls0, sent0 := serverCalls(b, admin), rt.cmds.Load()
+	calls0, sent0, usec0 := serverCalls(b, admin), rt.cmds.Load(), scriptTime(b, admin)
 	b.ResetTimer()
 	for b.Loop() {
 		warm()
 	}
 	b.StopTimer()
 	calls, sent := serverCalls(b, admin)-calls0, rt.cmds.Load()-sent0
+	b.ReportMetric(float64(scriptTime(b, admin)-usec0)/float64(b.N), "script-µs/op")
 	b.ReportMetric(float64(rt.n.Load())/float64(b.N), "roundtrips/op")
 	b.ReportMetric(float64(calls)/float64(b.N), "rediscmds/op")
 	b.ReportMetric(float64(calls-sent)/float64(b.N), "scriptcmds/op")
@@ -279,7 +281,8 @@ func BenchmarkEnqueueStep1000(b *testing.B) {
 // BenchmarkReleaseHandoff is a Release that grants a waiter (RealRedis):
 // the holder of a key of limit 1 releases it while another owner's entry
 // waits for it. It reports the commands Redis ran per release
-// (rediscmds/op: on a server nobody else uses, a deterministic count);
+// (rediscmds/op: on a server nobody else uses, a deterministic count) and
+// the script's time (script-µs/op);
 // issue 12's target is such a release at most 1.5x one that grants
 // nobody (BenchmarkAcquireRelease's release half).
 func BenchmarkReleaseHandoff(b *testing.B) {
@@ -287,7 +290,7 @@ func BenchmarkReleaseHandoff(b *testing.B) {
 	ctx := context.Background()
 	holder, waiter := lanes.Owner{ID: "holder", Host: "h", PID: 1}, lanes.Owner{ID: "waiter", Host: "h", PID: 2}
 	lane := []lanes.Lane{{Key: "k", Limit: 1}}
-	var calls int64
+	var calls, usec int64
 	round := 0
 	for b.Loop() {
 		b.StopTimer()
@@ -299,11 +302,12 @@ func BenchmarkReleaseHandoff(b *testing.B) {
 		if _, err := be.Enqueue(ctx, waiter, time.Minute, []lanes.Request{{ID: w, Lanes: lane}}); err != nil {
 			b.Fatal(err)
 		}
-		c0 := serverCalls(b, admin)
+		c0, u0 := serverCalls(b, admin), scriptTime(b, admin)
 		b.StartTimer()
 		r, err := be.Release(ctx, holder.ID, []string{h})
 		b.StopTimer()
 		calls += serverCalls(b, admin) - c0
+		usec += scriptTime(b, admin) - u0
 		if err != nil || len(r.Granted) != 1 {
 			b.Fatalf("Release() = %+v, %v; want one grant", r, err)
 		}
@@ -313,4 +317,5 @@ func BenchmarkReleaseHandoff(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(calls)/float64(b.N), "rediscmds/op")
+	b.ReportMetric(float64(usec)/float64(b.N), "script-µs/op")
 }
