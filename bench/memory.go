@@ -81,9 +81,9 @@ func measureMemory(ctx context.Context, e *env, ks []*kind, res *results) error 
 	if cerr == nil {
 		res.set(lk.id, "close", us(closing))
 	}
-	res.note("memory lanes: %d waiters add %d bytes to the namespace's keys (%.0f B each) and %.0f B each to the Go heap of their Session; enqueued in %d steps of %d in %v; Session.Close released them, in steps of at most %d, in %v (err %v)",
+	res.note("memory lanes: %d waiters add %d bytes to the namespace's keys (%.0f B each) and %.0f B each to the Go heap of their Session; enqueued in %d steps of %d in %v; Session.Close released them in %v (err %v)",
 		n, after-before, per, float64(heap1-heap0)/float64(n), (n+memBatch-1)/memBatch, memBatch, fill.Round(time.Millisecond),
-		lanes.MaxStepRequests, closing.Round(time.Millisecond), cerr)
+		closing.Round(time.Millisecond), cerr)
 	runtime.KeepAlive(tickets)
 	return nil
 }

@@ -47,42 +47,46 @@ local decoded, reqs = pcall(cjson.decode, ARGV[7] or '')
 if not decoded or type(reqs) ~= 'table' or #reqs == 0 or #reqs > MAX_STEP_REQUESTS then
   return badarg('requests', 'must be a JSON list of 1 to ' .. MAX_STEP_REQUESTS .. ' requests')
 end
+-- at names request i in a refusal.
+local function at(i) return 'request ' .. i .. ': ' end
 do
-  local lanes_total, ids = 0, {}
+  -- (the checks allocate little per request unless they refuse it)
+  local lanes_total, ids, fields = 0, {}, {'c', 't', 'n'}
   for i, r in ipairs(reqs) do
-    local at = 'request ' .. i .. ': '
     if type(r) ~= 'table' or not id_ok(r.id) then
-      return badarg('id', at .. 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces')
+      return badarg('id', at(i) .. 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces')
     end
-    if ids[r.id] then return badarg('id', at .. 'entry id ' .. r.id .. ' appears twice in one step') end
+    if ids[r.id] then return badarg('id', at(i) .. 'entry id ' .. r.id .. ' appears twice in one step') end
     ids[r.id] = true
     if type(r.k) ~= 'table' or #r.k == 0 or #r.k > MAX_LANES then
-      return badarg('lanes', at .. 'a request names 1 to ' .. MAX_LANES .. ' lanes')
+      return badarg('lanes', at(i) .. 'a request names 1 to ' .. MAX_LANES .. ' lanes')
     end
-    local keys = {}
+    local keys = #r.k > 1 and {} -- to find a key named twice
     for _, kl in ipairs(r.k) do
       if type(kl) ~= 'table' or not key_ok(kl[1]) then
-        return badarg('key', at .. 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters')
+        return badarg('key', at(i) .. 'a key is 1 to ' .. MAX_KEY_LEN .. ' bytes of UTF-8 without control characters')
       end
       if type(kl[2]) ~= 'number' or not int_in(kl[2], 1, MAX_LIMIT) then
-        return badarg('limit', at .. 'key ' .. kl[1] .. ': a limit is a whole number from 1 to ' .. MAX_LIMIT)
+        return badarg('limit', at(i) .. 'key ' .. kl[1] .. ': a limit is a whole number from 1 to ' .. MAX_LIMIT)
       end
-      if keys[kl[1]] then return badarg('key', at .. 'key ' .. kl[1] .. ' is named twice') end
-      keys[kl[1]] = true
+      if keys then
+        if keys[kl[1]] then return badarg('key', at(i) .. 'key ' .. kl[1] .. ' is named twice') end
+        keys[kl[1]] = true
+      end
     end
     lanes_total = lanes_total + #r.k
-    for _, f in ipairs({'c', 't', 'n'}) do
+    for _, f in ipairs(fields) do
       if not field_ok(r[f]) then
-        return badarg('field', at .. f .. ' must be at most ' .. MAX_FIELD_LEN .. ' bytes of UTF-8 without control characters')
+        return badarg('field', at(i) .. f .. ' must be at most ' .. MAX_FIELD_LEN .. ' bytes of UTF-8 without control characters')
       end
     end
     if r.l ~= nil then
       if type(r.l) ~= 'table' or #r.l > MAX_LINEAGE then
-        return badarg('lineage', at .. 'a lineage is a list of at most ' .. MAX_LINEAGE .. ' entry ids')
+        return badarg('lineage', at(i) .. 'a lineage is a list of at most ' .. MAX_LINEAGE .. ' entry ids')
       end
       for _, a in ipairs(r.l) do
         if not id_ok(a) or a == r.id then
-          return badarg('lineage', at .. 'a lineage holds entry ids other than the request\'s own')
+          return badarg('lineage', at(i) .. 'a lineage holds entry ids other than the request\'s own')
         end
       end
       if #r.l == 0 then r.l = nil end
@@ -123,6 +127,7 @@ for _, r in ipairs(reqs) do
 end
 if lean then
   note_ttl(ttl)
+  putoff() -- nothing reads a deadline after a grant here
   local out = {}
   for i, r in ipairs(reqs) do
     local e = {id = r.id, o = owner, h = host, p = pid, c = r.c, t = r.t, n = r.n,
@@ -134,7 +139,7 @@ if lean then
   return {EPOCH, out, 0}
 end
 
-err = full(true)
+err = confirm(true, whole)
 if err then return err end
 note_ttl(ttl)
 reap(whole and exp or nil) -- expired entries go before anything is decided
@@ -274,16 +279,16 @@ end
 
 -- Sequence numbers stay below MAX_SEQ: past it they start again from 1
 -- when no entry waits (only waiters' order rests on them); while entries
--- wait, the step is refused before any change.
-do
-  local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
-  if seq + #reqs > MAX_SEQ then
-    if redis.call('ZCARD', K_QUEUE) > 1 then
-      finish()
-      return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
-    end
-    redis.call('HSET', K_META, 'seq', 0)
+-- wait, the step is refused before any change. seq is the last number
+-- taken; the step writes it back once, at its end.
+local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
+local seq0 = seq
+if seq + #reqs > MAX_SEQ then
+  if redis.call('ZCARD', K_QUEUE) > 1 then
+    finish()
+    return redis.error_reply('LANES_EXHAUSTED sequence numbers ran out while entries wait')
   end
+  seq, seq0 = 0, -1
 end
 
 -- room reports whether every key of r's queued lanes has room for one more
@@ -384,7 +389,8 @@ for i, r in ipairs(reqs) do
         if now then
           grant(e, false, NOW + ttl, false)
         else
-          e.q = redis.call('HINCRBY', K_META, 'seq', 1)
+          seq = seq + 1
+          e.q = seq
           for _, kl in ipairs(queued) do
             redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], e.q, r.id))
             local kr = kget(kl[1])
@@ -394,11 +400,14 @@ for i, r in ipairs(reqs) do
           store(e)
           redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
         end
-        out[i] = status(e, true)
+        -- A new waiter has the highest sequence number: it is last on
+        -- every key it is queued on, its position that key's count.
+        out[i] = status(e, true, not now)
       end
     end
   end
 end
 
+if seq ~= seq0 then redis.call('HSET', K_META, 'seq', dec(seq)) end
 finish()
 return {EPOCH, out, MORE and 1 or 0}

@@ -89,6 +89,12 @@ local expired -- entries this step removed as expired
 local REAPED -- a reap of this step removed every expired entry
 local DEAD -- expired waiters this step may still remove from queue heads
 local MORE -- the step left expired entries it could not remove: ask again
+-- removals put off by a step that removes many entries (gather): queue
+-- members, and ids whose record and deadline go; drain issues them
+local PENDING
+-- writes put off by a lean enqueue (putoff): entry records and deadlines,
+-- issued by flush in one command per key
+local PUT
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
 -- the protocol, reads the clock and forgets what an earlier step of the
@@ -112,6 +118,7 @@ local function begin(KEYS, ARGV, nkeys)
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
+  PENDING, PUT = nil, nil
 end
 
 -- Input checks, the same rules as package lanes.
@@ -227,13 +234,61 @@ local function store(e)
   e.id = nil
   local raw = cjson.encode(e)
   e.id = id
-  redis.call('HSET', K_ENTRIES, id, raw)
+  if PUT then
+    PUT.e[#PUT.e + 1] = id
+    PUT.e[#PUT.e + 1] = raw
+  else
+    redis.call('HSET', K_ENTRIES, id, raw)
+  end
   ERAW[id] = raw
 end
 
+-- putoff makes store and a grant's new deadline wait for flush, which
+-- writes them in one command per key: only for a step that reads no
+-- deadline after it grants (the lean enqueue).
+local function putoff() PUT = {e = {}, d = {}} end
+
+-- forget removes the entry id's record and deadline; unqueue removes a
+-- member of queue. Between gather() and drain(), both are put off and
+-- drain issues them in one command per key (a release of many ids costs
+-- three commands, not three per id). Nothing between the two reads queue
+-- or deadlines for an entry removed meanwhile: a removed entry is absent
+-- from ERAW at once, and no step adds back what it removed.
 local function forget(id)
-  redis.call('HDEL', K_ENTRIES, id)
   ERAW[id] = false
+  if PENDING then
+    PENDING.e[#PENDING.e + 1] = id
+    return
+  end
+  redis.call('HDEL', K_ENTRIES, id)
+  redis.call('ZREM', K_DEADLINES, id)
+end
+
+local function unqueue(m)
+  if PENDING then
+    PENDING.q[#PENDING.q + 1] = m
+    return
+  end
+  redis.call('ZREM', K_QUEUE, m)
+end
+
+local function gather() PENDING = PENDING or {q = {}, e = {}} end
+
+-- mrun runs cmd on key with the arguments of list (members, or field and
+-- value pairs), in pieces small enough for unpack.
+local function mrun(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(#list, i + 999)))
+  end
+end
+
+local function drain()
+  local p = PENDING
+  PENDING = nil
+  if not p then return end
+  mrun('ZREM', K_QUEUE, p.q)
+  mrun('HDEL', K_ENTRIES, p.e)
+  mrun('ZREM', K_DEADLINES, p.e)
 end
 
 local mark_line
@@ -287,6 +342,12 @@ end
 local function idle(r) return #r.h == 0 and r.w == 0 end
 
 local function flush()
+  drain()
+  if PUT then
+    mrun('HSET', K_ENTRIES, PUT.e)
+    mrun('ZADD', K_DEADLINES, PUT.d)
+    PUT = nil
+  end
   local args = {}
   for key in pairs(dirty) do
     local r = KREC[key]
@@ -423,19 +484,43 @@ local function full(create)
   reset()
 end
 
--- open reads, in two commands, the markers of lanes and entries with the
--- records of keys and ids the step needs; a missing marker means the state
--- is not whole (or not there): full decides. It returns an error reply or
--- nil.
-local function open(create, keys, ids)
-  local got = mcall('HMGET', K_LANES, keys, '\0')
+-- open reads, in two commands, the markers of entries and lanes with the
+-- records of ids and keys the step needs; a missing marker means the state
+-- is not whole (or not there): full decides. more, when given, is called
+-- between the two reads (the entries read, load works) with the list of
+-- keys and returns it, with the keys the step found it needs too (a
+-- release: the keys of the entries it removes). It returns an error reply
+-- or nil; a step that went through full (checked) must not rely on what
+-- more saw.
+local function open(create, keys, ids, more)
   local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+  if ents[1] then
+    for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
+    if more then keys = more(keys) end
+  end
+  local got = mcall('HMGET', K_LANES, keys, '\0')
   if got[1] and ents[1] then
     local err = read_marker(got[1])
     if err then return err end
     for i, key in ipairs(keys) do KRAW[key] = got[i + 1] end
-    for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
     return nil
+  end
+  ERAW = {}
+  return full(create)
+end
+
+-- confirm is full for a step whose open found the markers of entries and
+-- lanes, and whose expiry query found deadlines whole (whole): the same
+-- script run read those three already, so it reads only the markers of
+-- queue, nested and meta, and runs full when one is missing.
+local function confirm(create, whole)
+  if EPOCH and whole and not checked then
+    checked = true
+    if redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')
+        and redis.call('HEXISTS', K_META, '\0') == 1 then
+      return nil
+    end
+    checked = false
   end
   return full(create)
 end
@@ -488,7 +573,14 @@ local function grant(e, queued, dl, hint)
       kput(key)
     end
   end
-  if not queued then redis.call('ZADD', K_DEADLINES, dl, e.id) end
+  if not queued then
+    if PUT then
+      PUT.d[#PUT.d + 1] = dl
+      PUT.d[#PUT.d + 1] = e.id
+    else
+      redis.call('ZADD', K_DEADLINES, dl, e.id)
+    end
+  end
   e.s, e.g, e.x = 'h', NOW, tokens
   store(e)
   if hint then granted[#granted + 1] = e end
@@ -574,7 +666,7 @@ remove = function(e, touched)
       if e.s == 'h' then
         drop_holder(r, e.id)
       else
-        redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
+        unqueue(qmember(key, e.q, e.id))
         r.w = r.w - 1
       end
       kput(key)
@@ -582,7 +674,6 @@ remove = function(e, touched)
     end
   end
   forget(e.id)
-  redis.call('ZREM', K_DEADLINES, e.id)
   if e.s == 'h' and e.b then
     -- A kept lender that goes (its deadline passed, or an operator
     -- released it): its revoked borrowers, told already, go with it.
@@ -701,6 +792,7 @@ end
 -- expired holder or waiter found on the way is removed (its keys join the
 -- scan). Nothing is granted while the namespace is frozen.
 local function scan(touched)
+  drain()
   local done, budget = {}, SCAN_MAX * 4
   local cands, seen = {}, {}
   while budget > 0 do
@@ -789,8 +881,10 @@ local function reap(ids)
 end
 
 -- status is what a step tells the caller about e: {id, "h", {key, token, ...},
--- seq} or {id, "w", {key, position, ...}, seq} (positions only when asked).
-local function status(e, positions)
+-- seq} or {id, "w", {key, position, ...}, seq} (positions only when asked;
+-- last: e is known to be last on each key it waits for, so its position is
+-- the key's waiter count, and no query is needed).
+local function status(e, positions, last)
   local detail = {}
   if e.s == 'h' then
     for _, kl in ipairs(e.k) do
@@ -803,7 +897,8 @@ local function status(e, positions)
     for _, kl in ipairs(e.k) do
       if not borrowed(e, kl[1]) then
         detail[#detail + 1] = kl[1]
-        detail[#detail + 1] = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
+        detail[#detail + 1] = last and kget(kl[1]).w
+          or redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '[' .. qmember(kl[1], e.q, e.id))
       end
     end
   end

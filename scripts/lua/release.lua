@@ -33,36 +33,40 @@ end
 
 local list = {}
 for i = 5, #ARGV do list[#list + 1] = ARGV[i] end
-err = open(false, {}, list)
-if err then return err end
 
 -- The lean path: an owner releasing leases it holds, that lend nothing,
 -- borrow nothing and were not nested, on keys nobody waits for, while
 -- nothing has expired: each holder leaves its key records, its entry and
--- its deadline, and nothing is scanned.
+-- its deadline, and nothing is scanned. The entries are read first, so
+-- that the records of their keys come with the marker of lanes.
+local es, plain, seen = {}, by ~= '' and tomb == 0, {}
+err = open(false, {}, list, function(keys)
+  for _, id in ipairs(list) do
+    if not plain then break end
+    local e = load(id)
+    if seen[id] or not e or e.o ~= by or e.s ~= 'h' or e.b or e.l or e.r then
+      plain = false
+    else
+      seen[id] = true
+      es[#es + 1] = e
+      for _, kl in ipairs(e.k) do keys[#keys + 1] = kl[1] end
+    end
+  end
+  return keys
+end)
+if err then return err end
 local exp, whole = {}, false
 if EPOCH then exp, whole = expiring() end
-local lean = EPOCH and whole and #exp == 0 and by ~= '' and tomb == 0
-local es, keys, seen = {}, {}, {}
-for _, id in ipairs(list) do
+local lean = plain and not checked and EPOCH and whole and #exp == 0
+for _, e in ipairs(es) do
   if not lean then break end
-  local e = load(id)
-  if seen[id] or not e or e.o ~= by or e.s ~= 'h' or e.b or e.l or e.r then
-    lean = false
-  else
-    seen[id] = true
-    es[#es + 1] = e
-    for _, kl in ipairs(e.k) do keys[#keys + 1] = kl[1] end
-  end
-end
-if lean then
-  prefetch(keys)
-  for _, key in ipairs(keys) do
-    if kget(key).w > 0 then lean = false end
+  for _, kl in ipairs(e.k) do
+    if kget(kl[1]).w > 0 then lean = false end
   end
 end
 if lean then
   local was = {}
+  gather()
   for i, e in ipairs(es) do
     was[i] = 'h'
     remove(e, {})
@@ -71,10 +75,11 @@ if lean then
   return {EPOCH, was, {}}
 end
 
-err = full(by ~= '' and tomb > 0) -- a settle's tombstones need a state to live in
+err = confirm(by ~= '' and tomb > 0, whole) -- a settle's tombstones need a state to live in
 if err then return err end
 local touched, was, ids = {}, {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
+gather() -- the removals go in one command per key, before the scan
 for _, id in ipairs(list) do
   was[#was + 1] = release_entry(id, by, by == '' and tomb or 0, touched)
   if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
