@@ -271,13 +271,17 @@ func testLostEnqueueReplyIsSettled(t *testing.T, inst Instance) {
 	f := &Faulty{Backend: inst.Backend}
 	s := session(t, f, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	f.LoseReplies(1 << 30)
+	t.Cleanup(func() { f.LoseReplies(0) }) // before the Session's Close, which waits for its settling
 	ctx, cancel := context.WithTimeout(ctxT(t), 300*time.Millisecond)
 	defer cancel()
-	if l, err := s.Acquire(ctx, req("", "K", 1)); err == nil || !errors.Is(err, lanes.ErrUnavailable) {
+	// ErrUnavailable, or ErrWaitTimeout when the wait's deadline passed
+	// while a step was still unanswered (a slow machine): either way the
+	// entry the step may have made is the Session's to settle.
+	if l, err := s.Acquire(ctx, req("", "K", 1)); err == nil || !(errors.Is(err, lanes.ErrUnavailable) || errors.Is(err, lanes.ErrWaitTimeout)) {
 		if l != nil {
 			release(t, l)
 		}
-		t.Fatalf("Acquire() with every enqueue reply lost = %v; want an error wrapping ErrUnavailable", err)
+		t.Fatalf("Acquire() with every enqueue reply lost = %v; want an error wrapping ErrUnavailable or ErrWaitTimeout", err)
 	}
 	f.LoseReplies(0)
 	other := session(t, inst.Backend)
