@@ -171,6 +171,11 @@ type Invocation struct {
 // Runner says Unmarked: UnmarkedParallel.
 type Tool struct {
 	Concurrency Concurrency
+	// Rate, when set, bounds how many units the calls naming its key spend
+	// per window, across processes (rate lanes; see Rate). Cost tells what
+	// one call spends; nil means 1.
+	Rate *Rate
+	Cost CostFunc
 	// Safe decides whether a call may share its phase with the calls around
 	// it; an error from it means unsafe. Nil leaves it to the rule above.
 	Safe SafeFunc
@@ -194,7 +199,7 @@ type Tool struct {
 // keys. `concurrency = 0`, the way a later layer lifts a limit, declares
 // nothing.
 func (t Tool) declaresKeys() bool {
-	return t.Concurrency.Key != "" || t.Concurrency.Limit > 0 || t.LockKeys != nil
+	return t.Concurrency.Key != "" || t.Concurrency.Limit > 0 || t.LockKeys != nil || t.Rate != nil
 }
 
 // Unmarked says what the calls of a tool that declares nothing (no Safe,
@@ -351,11 +356,8 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 
-	type claim struct {
-		tool  string
-		limit int
-	}
 	claims := map[string][]claim{}
+	rates := map[string][]rateClaim{}
 	for _, n := range names {
 		t := c.Tools[n]
 		if n == "*" {
@@ -382,6 +384,7 @@ func (c Config) Validate() error {
 			// must agree with the other tools naming x.
 			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim{n, 0})
 		}
+		claims, rates = t.rateClaims(n, claims, rates, add)
 		if t.Timeout < 0 {
 			add("tool %s: timeout %v is negative", n, t.Timeout)
 		}
@@ -392,6 +395,7 @@ func (c Config) Validate() error {
 			add("tool %s: no command or body to run", n)
 		}
 	}
+	checkRates(rates, add)
 	keys := make([]string, 0, len(claims))
 	for k := range claims {
 		keys = append(keys, k)
