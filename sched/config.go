@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -356,8 +357,8 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 
-	claims := map[string][]claim{}
-	rates := map[string][]rateClaim{}
+	claims := map[string][]claim[int]{}
+	rates := map[string][]claim[lanes.Rate]{}
 	for _, n := range names {
 		t := c.Tools[n]
 		if n == "*" {
@@ -378,11 +379,11 @@ func (c Config) Validate() error {
 			if err := lanes.ValidateKey("concurrency:" + k); err != nil {
 				add("tool %s: concurrency key %q: %v", n, k, err)
 			}
-			claims[k] = append(claims[k], claim{n, limit})
+			claims[k] = append(claims[k], claim[int]{n, limit})
 		} else if t.Concurrency.Key != "" {
 			// {key = "x", limit = 0}: accepted, limits nothing, and still
 			// must agree with the other tools naming x.
-			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim{n, 0})
+			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim[int]{n, 0})
 		}
 		claims, rates = t.rateClaims(n, claims, rates, add)
 		if t.Timeout < 0 {
@@ -395,25 +396,8 @@ func (c Config) Validate() error {
 			add("tool %s: no command or body to run", n)
 		}
 	}
-	checkRates(rates, add)
-	keys := make([]string, 0, len(claims))
-	for k := range claims {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		cs := claims[k]
-		for _, c := range cs[1:] {
-			if c.limit != cs[0].limit {
-				var desc []string
-				for _, c := range cs {
-					desc = append(desc, fmt.Sprintf("%s says %d", c.tool, c.limit))
-				}
-				add("concurrency key %q has different limits: %s", k, strings.Join(desc, ", "))
-				break
-			}
-		}
-	}
+	agree(claims, "concurrency key %q has different limits: %s", strconv.Itoa, add)
+	agree(rates, "key %q has different rates: %s", rateWords, add)
 	r := c.Runner
 	if r.Retention < 0 || r.Retention > lanes.MaxRetention || (r.Retention > 0 && r.Retention < time.Millisecond) {
 		add("runner: retention %v is out of range 1ms..%v (0: %v)", r.Retention, lanes.MaxRetention, DefaultRetention)

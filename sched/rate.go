@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -101,23 +102,18 @@ func safeCost(f CostFunc, ctx context.Context, args json.RawMessage) (n int, err
 	return f(ctx, args)
 }
 
-// claim is what one tool says of a key's concurrency limit (0: none).
-type claim struct {
-	tool  string
-	limit int
-}
-
-// rateClaim is what one tool says of a key's rate (zero: none).
-type rateClaim struct {
+// claim is what one tool says of a key: its concurrency limit (0: none)
+// or its rate (zero: none).
+type claim[T comparable] struct {
 	tool string
-	rate lanes.Rate
+	v    T
 }
 
 // rateClaims checks t's Rate and Cost and adds what t (named n) says of
 // the rates of the keys it names: its concurrency key has no rate unless
 // its Rate names the same key; a rate key of its own is bounded by the
 // rate alone (concurrency limit 0).
-func (t Tool) rateClaims(n string, claims map[string][]claim, rates map[string][]rateClaim, add func(string, ...any)) (map[string][]claim, map[string][]rateClaim) {
+func (t Tool) rateClaims(n string, claims map[string][]claim[int], rates map[string][]claim[lanes.Rate], add func(string, ...any)) (map[string][]claim[int], map[string][]claim[lanes.Rate]) {
 	ck, _ := t.Concurrency.key(n)
 	if ck == "" {
 		ck = t.Concurrency.Key
@@ -127,7 +123,7 @@ func (t Tool) rateClaims(n string, claims map[string][]claim, rates map[string][
 			add("tool %s: a cost without a rate", n)
 		}
 		if ck != "" {
-			rates[ck] = append(rates[ck], rateClaim{n, lanes.Rate{}})
+			rates[ck] = append(rates[ck], claim[lanes.Rate]{n, lanes.Rate{}})
 		}
 		return claims, rates
 	}
@@ -142,39 +138,40 @@ func (t Tool) rateClaims(n string, claims map[string][]claim, rates map[string][
 	if err := r.Validate(); err != nil {
 		add("tool %s: rate of key %q: %s", n, rk, strings.TrimPrefix(err.Error(), "lanes: invalid rate: "))
 	}
-	rates[rk] = append(rates[rk], rateClaim{n, r})
+	rates[rk] = append(rates[rk], claim[lanes.Rate]{n, r})
 	if ck != rk {
 		if ck != "" {
-			rates[ck] = append(rates[ck], rateClaim{n, lanes.Rate{}})
+			rates[ck] = append(rates[ck], claim[lanes.Rate]{n, lanes.Rate{}})
 		}
-		claims[rk] = append(claims[rk], claim{n, 0})
+		claims[rk] = append(claims[rk], claim[int]{n, 0})
 	}
 	return claims, rates
 }
 
-// checkRates adds a problem for each key whose tools name different rates
-// (one key, one rate: DESIGN.md invariant 15), naming every tool.
-func checkRates(rates map[string][]rateClaim, add func(string, ...any)) {
-	keys := make([]string, 0, len(rates))
-	for k := range rates {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		cs := rates[k]
+// agree adds a problem for each key whose tools say different things of
+// it (one key, one limit and one rate: RFD 129, DESIGN.md invariant 15),
+// naming every tool and what it says (words); format takes the key and
+// that list.
+func agree[T comparable](claims map[string][]claim[T], format string, words func(T) string, add func(string, ...any)) {
+	for _, k := range slices.Sorted(maps.Keys(claims)) {
+		cs := claims[k]
 		for _, c := range cs[1:] {
-			if c.rate != cs[0].rate {
+			if c.v != cs[0].v {
 				var desc []string
 				for _, c := range cs {
-					w := "no rate"
-					if !c.rate.IsZero() {
-						w = c.rate.String()
-					}
-					desc = append(desc, fmt.Sprintf("%s says %s", c.tool, w))
+					desc = append(desc, c.tool+" says "+words(c.v))
 				}
-				add("key %q has different rates: %s", k, strings.Join(desc, ", "))
+				add(format, k, strings.Join(desc, ", "))
 				break
 			}
 		}
 	}
+}
+
+// rateWords is a rate in a configuration error.
+func rateWords(r lanes.Rate) string {
+	if r.IsZero() {
+		return "no rate"
+	}
+	return r.String()
 }
