@@ -82,8 +82,8 @@ func (e *LimitMismatchError) Error() string {
 func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
 
 // RateMismatchError names the key whose rate a request disagreed with, and
-// both rates: one key has one rate while it has holders, waiters or units in
-// its window. errors.Is(err, ErrLimitMismatch) reports true for it.
+// both rates: one key has one rate while it has holders or waiters.
+// errors.Is(err, ErrLimitMismatch) reports true for it.
 type RateMismatchError struct {
 	Key       string
 	Recorded  Rate // the rate the key is in use with (zero: none)

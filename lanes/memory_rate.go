@@ -29,15 +29,15 @@ func (m *Memory) rateOf(key string) *rateLog {
 	return rl
 }
 
-// rateAgrees checks l's rate against the one key is in use with, or that
-// batch (the step's earlier requests) names, and notes it in batch.
+// rateAgrees checks l's rate against the one key is in use with (while it
+// has holders or waiters, as limits: DESIGN.md invariant 9), or that batch
+// (the step's earlier requests) names, and notes it in batch.
 func (m *Memory) rateAgrees(l Lane, batch map[string]Rate) error {
 	rec, ok := batch[l.Key]
-	if !ok {
+	if _, inUse := m.limits[l.Key]; !ok && inUse {
+		ok = true
 		if rl := m.rateOf(l.Key); rl != nil {
-			rec, ok = rl.rate, true
-		} else if _, inUse := m.limits[l.Key]; inUse {
-			rec, ok = Rate{}, true
+			rec = rl.rate
 		}
 	}
 	if ok && rec != l.Rate {
@@ -47,10 +47,15 @@ func (m *Memory) rateAgrees(l Lane, batch map[string]Rate) error {
 	return nil
 }
 
-// noteRate records l's rate for its key.
+// noteRate records l's rate for its key. Units an earlier rate spent that
+// are still in the window count against the new one.
 func (m *Memory) noteRate(l Lane) {
-	if !l.Rate.IsZero() && m.rates[l.Key] == nil {
+	switch rl := m.rates[l.Key]; {
+	case l.Rate.IsZero():
+	case rl == nil:
 		m.rates[l.Key] = &rateLog{rate: l.Rate}
+	default:
+		rl.rate = l.Rate
 	}
 }
 

@@ -325,8 +325,10 @@ end
 -- ...". A pair leaves the log once its ms plus the window is past; past
 -- RATE_LOG_MAX pairs the two oldest merge into one at the later ms (its
 -- units leave later than they would: the bound holds, more strictly). The
--- log lives while the key has holders or waiters or units in the window,
--- and names the key's rate meanwhile (one key, one rate). It is not part
+-- log lives while the key has holders or waiters or units in the window;
+-- while it has holders or waiters it names the key's rate (one key, one
+-- rate), and a request on an idle key may name another, under which the
+-- units still in the window count. It is not part
 -- of the epoch's state: a reset keeps it, as it keeps the fencing tokens.
 -- On a rate key grants go strictly in FIFO order: only the head of the
 -- key's queue may be granted it.
@@ -360,14 +362,14 @@ local function rget(key)
   return r
 end
 
--- rate_recorded returns the rate limit and window key is in use with (0 0
--- for none while it has holders or waiters without a rate), or nil when
--- it is free to take any.
+-- rate_recorded returns the rate limit and window key is in use with
+-- while it has holders or waiters (0 0: none), or nil when it is idle and
+-- free to take any (as limits, DESIGN.md invariant 9).
 local function rate_recorded(key)
-  local r, busy = rget(key), not idle(kget(key))
-  if r and (#r.u > 0 or busy) then return r.lim, r.per end
-  if busy then return 0, 0 end
-  return nil
+  if idle(kget(key)) then return nil end
+  local r = rget(key)
+  if r then return r.lim, r.per end
+  return 0, 0
 end
 
 -- rate_note records the rate of lane kl for its key.
