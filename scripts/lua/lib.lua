@@ -870,7 +870,7 @@ local function scan(touched)
       local r = kget(key)
       if r.w > 0 and stale(r) then r = purge(key, touched) end
       local room = touched[key] - #r.h
-      if rget(key) then room = math.min(room, RATE_SCAN) end -- rate lanes: grants go from the head
+      if r.w > 0 and rget(key) then room = math.min(room, RATE_SCAN) end -- rate lanes: grants go from the head
       local looked, from, stop = 0, lo(key), false
       while not stop and room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
         local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room + 100)
