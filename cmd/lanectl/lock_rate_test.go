@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -72,7 +73,17 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "RATE KEY") || !strings.Contains(out, "3/5") {
 			t.Errorf("status tpm = %d, %q; want a rate table with 3/5 spent", code, out)
 		}
-		// Another rate on a key in use, a cost above the rate, a bad rate.
+		// Another rate on a key in use (held meanwhile), a cost above the
+		// rate, a bad rate.
+		holder := startBin(t, s.args("lock", "--rate", "5/m", "tpm", "--", "sleep", "30")...)
+		eventually(t, "the holder holds tpm", func() bool {
+			for _, k := range s.inspect(t).Keys {
+				if k.Key == "tpm" && len(k.Holders) == 1 {
+					return true
+				}
+			}
+			return false
+		})
 		for _, tc := range []struct {
 			args []string
 			code int
@@ -87,6 +98,10 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Errorf("%q = %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
 			}
+		}
+		holder.signal(t, syscall.SIGTERM)
+		if code := holder.wait(t); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("the holder exited %d; want %d (its command ended by SIGTERM)", code, 128+int(syscall.SIGTERM))
 		}
 		s.assertEmpty(t)
 	})
