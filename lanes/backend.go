@@ -145,6 +145,12 @@ type Status struct {
 	// The memory backend removes every expired entry at each step and
 	// never sets it.
 	Backlog bool
+	// RateWait is set on a Waiting entry that a rate holds back: how long
+	// after the step the rate could have room for it (for the head of a
+	// key's queue, when its own cost fits; for one behind, when the next
+	// units leave the window). No hint comes when a window frees, so the
+	// Session polls the entry then. 0 when no rate holds it back.
+	RateWait time.Duration
 }
 
 // Released reports what a Release step removed.
@@ -187,8 +193,10 @@ type Checker interface {
 
 // KeyState is one key's limit, holders and waiters.
 type KeyState struct {
-	Key     string
-	Limit   int
+	Key   string
+	Limit int         // 0 for a key shown only for its rate window
+	Rate  *RateWindow // the key's rate and window; nil when it has none
+
 	Holders []Holder // in grant order
 	Waiters []Waiter // in queue order
 }

@@ -81,6 +81,30 @@ func (e *LimitMismatchError) Error() string {
 // Is reports whether target is ErrLimitMismatch.
 func (e *LimitMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
 
+// RateMismatchError names the key whose rate a request disagreed with, and
+// both rates: one key has one rate while it has holders or waiters.
+// errors.Is(err, ErrLimitMismatch) reports true for it.
+type RateMismatchError struct {
+	Key       string
+	Recorded  Rate // the rate the key is in use with (zero: none)
+	Requested Rate // the rate the rejected request named (zero: none)
+}
+
+func (e *RateMismatchError) Error() string {
+	return fmt.Sprintf("lanes: rate mismatch on key %q: it is in use with rate %s, the request names %s",
+		e.Key, rateWords(e.Recorded), rateWords(e.Requested))
+}
+
+// Is reports whether target is ErrLimitMismatch.
+func (e *RateMismatchError) Is(target error) bool { return target == ErrLimitMismatch }
+
+func rateWords(r Rate) string {
+	if r.IsZero() {
+		return "none"
+	}
+	return r.String()
+}
+
 // InvalidError is a rejection of malformed input. errors.Is(err, ErrInvalid)
 // reports true for it.
 type InvalidError struct {

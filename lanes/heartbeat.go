@@ -25,6 +25,9 @@ func (s *Session) untrack(e *entry) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
+	if e.rateWake != nil {
+		e.rateWake.Stop()
+	}
 	delete(s.entries, e.id)
 	delete(s.hinted, e.id)
 }
@@ -50,6 +53,9 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 	case Waiting:
 		if e.lease == nil {
 			s.renew(e, sent)
+			if st.RateWait > 0 {
+				s.pollAfter(e, st.RateWait)
+			}
 		}
 	case Gone:
 		why := "expired, or released by force"
@@ -84,6 +90,29 @@ func (s *Session) noteEpoch(sts []Status) {
 			s.applyStatus(e, Status{ID: e.id, State: Gone, Epoch: now}, time.Time{}, false)
 		}
 	}
+}
+
+// pollAfter polls the waiting entry e after d, when a rate that holds it
+// back could have room: no hint comes when a rate's window frees, so the
+// entry asks then, instead of at the next heartbeat or by polling blindly.
+// d counts from the step's answer, which came after the backend's clock
+// read it, so the poll is never early; 1ms more absorbs the backend's
+// rounding to whole milliseconds. s.mu is held.
+func (s *Session) pollAfter(e *entry, d time.Duration) {
+	if e.rateWake != nil {
+		e.rateWake.Stop()
+	}
+	e.rateWake = time.AfterFunc(d+time.Millisecond, func() {
+		s.mu.Lock()
+		poll := !e.finished && e.lease == nil
+		if poll {
+			s.hinted[e.id] = true
+		}
+		s.mu.Unlock()
+		if poll {
+			s.wake()
+		}
+	})
 }
 
 // renew moves e's local deadline to TTL minus margin after sent. s.mu is held.

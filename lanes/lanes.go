@@ -92,10 +92,20 @@ func ValidateTTL(d time.Duration) error {
 // Lane is one key a Request takes and the limit its holders share.
 //
 // Limit 0 means unbounded: the lane is not taken, no token is issued for it,
-// and it never waits (DESIGN.md invariant 1).
+// and it never waits (DESIGN.md invariant 1), unless it carries a Rate.
+//
+// A lane with a Rate is also bounded in time: its grants spend at most
+// Rate.Limit units per window of Rate.Per, Cost units each (see Rate). A
+// lane with a Rate and Limit 0 is bounded by the rate alone: it is sent to
+// the backend with limit MaxLimit, so it is queued, held and tokened as any
+// lane. Every request naming a key must name the same Rate for it while the
+// key has holders or waiters (DESIGN.md invariant 9); on an idle key
+// another Rate may be named, and the units still in the window count.
 type Lane struct {
 	Key   string // 1 to MaxKeyLen bytes of UTF-8, no control characters
 	Limit int    // 0 to MaxLimit
+	Rate  Rate   // zero: none
+	Cost  int    // units a grant spends on Rate: 0 (meaning 1) to Rate.Limit; 0 without a Rate
 }
 
 // Request asks for every lane it names at once.
@@ -131,7 +141,9 @@ type Owner struct {
 }
 
 // Validate reports whether r can be enqueued: a valid id, at most MaxLanes
-// lanes with valid keys named once each and limits from 0 to MaxLimit, a
+// lanes with valid keys named once each, limits from 0 to MaxLimit and
+// valid rates and costs (a cost above its rate's limit could never be
+// granted, and is refused here), a
 // lineage of at most MaxLineage valid ids without r's own, and CallID, Tool
 // and Tenant of at most MaxFieldLen bytes of UTF-8 without control
 // characters. Its error is an *InvalidError naming the field at fault.
@@ -149,6 +161,9 @@ func (r Request) Validate() error {
 		}
 		if l.Limit < 0 || l.Limit > MaxLimit {
 			return invalid("limit", "key %q: limit %d is out of range 0..%d", l.Key, l.Limit, MaxLimit)
+		}
+		if err := l.validateRate(); err != nil {
+			return err
 		}
 		if seen[l.Key] {
 			return invalid("key", "entry %s names key %q twice", r.ID, l.Key)
@@ -174,10 +189,17 @@ func (r Request) Validate() error {
 	return nil
 }
 
-// taken returns the lanes of r that are taken: those with a limit above 0.
+// taken returns the lanes of r that are taken: those with a limit above 0
+// or a rate (a rate alone takes limit MaxLimit), each with its cost set.
 func (r Request) taken() []Lane {
 	out := make([]Lane, 0, len(r.Lanes))
 	for _, l := range r.Lanes {
+		if !l.Rate.IsZero() {
+			if l.Limit == 0 {
+				l.Limit = MaxLimit
+			}
+			l.Cost = l.cost()
+		}
 		if l.Limit > 0 {
 			out = append(out, l)
 		}

@@ -17,6 +17,7 @@ import (
 type Memory struct {
 	now   func() time.Time
 	epoch string
+	at    time.Time // the clock of the step running (m.mu is held)
 
 	mu        sync.Mutex
 	seq       uint64
@@ -24,6 +25,7 @@ type Memory struct {
 	queues    map[string][]*memEntry     // per key, in sequence order
 	holders   map[string][]*memEntry     // per key, in grant order
 	limits    map[string]int             // recorded while a key has holders or waiters
+	rates     map[string]*rateLog        // rate keys' logs: while in use or units are in the window
 	tokens    map[string]uint64          // last token per key; never deleted
 	nested    map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
 	borrowers map[string]map[string]bool // lender id -> ids of entries that borrow a key from it
@@ -71,6 +73,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		queues:    map[string][]*memEntry{},
 		holders:   map[string][]*memEntry{},
 		limits:    map[string]int{},
+		rates:     map[string]*rateLog{},
 		tokens:    map[string]uint64{},
 		nested:    map[string]map[string]bool{},
 		borrowers: map[string]map[string]bool{},
@@ -168,6 +171,7 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 	m := st.m
 	// Check every limit before changing anything: a mismatch enqueues none.
 	batch := map[string]int{}
+	rates := map[string]Rate{}
 	for _, r := range reqs {
 		if m.entries[r.ID] != nil {
 			continue
@@ -181,6 +185,9 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 				return nil, &LimitMismatchError{Key: l.Key, Recorded: rec, Requested: l.Limit}
 			}
 			batch[l.Key] = l.Limit
+			if err := m.rateAgrees(l, rates); err != nil {
+				return nil, err
+			}
 		}
 	}
 	out := make([]Status, len(reqs))
@@ -233,7 +240,7 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 	}
 	now := true
 	for _, l := range queued {
-		if len(m.holders[l.Key])+len(m.queues[l.Key]) >= l.Limit {
+		if len(m.holders[l.Key])+len(m.queues[l.Key]) >= l.Limit || !m.rateRoom(l, len(m.queues[l.Key])) {
 			now = false
 			break
 		}
@@ -252,6 +259,7 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 	}
 	for _, l := range r.Lanes {
 		m.limits[l.Key] = l.Limit
+		m.noteRate(l)
 	}
 	if now {
 		st.grant(e, false)
@@ -271,12 +279,12 @@ func sameRequest(e *memEntry, r Request) bool {
 	if len(e.Lanes) != len(r.Lanes) || !slices.Equal(e.Lineage, r.Lineage) {
 		return false
 	}
-	lim := make(map[string]int, len(e.Lanes))
+	lim := make(map[string]Lane, len(e.Lanes))
 	for _, l := range e.Lanes {
-		lim[l.Key] = l.Limit
+		lim[l.Key] = l
 	}
 	for _, l := range r.Lanes {
-		if v, ok := lim[l.Key]; !ok || v != l.Limit {
+		if v, ok := lim[l.Key]; !ok || v != l {
 			return false
 		}
 	}
@@ -317,13 +325,26 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 	m.mu.Lock()
 	st := m.begin()
 	out := make([]Status, len(ids))
+	touched := map[string]bool{}
+	for _, id := range ids {
+		if e := m.entries[id]; e != nil && e.Owner.ID == owner && !e.ended() {
+			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
+			if !e.held {
+				// A waiter is polled, as heartbeat.lua does: a window
+				// that freed since is granted now.
+				for _, l := range e.Lanes {
+					touched[l.Key] = e.borrowed[l.Key] == nil
+				}
+			}
+		}
+	}
+	st.scan(touched)
 	for i, id := range ids {
 		e := m.entries[id]
 		if e == nil || e.Owner.ID != owner || e.ended() {
 			out[i] = Status{ID: id, State: Gone, Epoch: m.epoch}
 			continue
 		}
-		e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
 		out[i] = m.status(e, false)
 		out[i].Epoch = m.epoch
 	}
@@ -439,6 +460,9 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 		for k := range m.limits {
 			keys = append(keys, k)
 		}
+		for k := range m.rates {
+			keys = append(keys, k)
+		}
 	}
 	keys = slices.Clone(keys)
 	sort.Strings(keys)
@@ -446,10 +470,14 @@ func (m *Memory) Inspect(ctx context.Context, keys []string) (*Snapshot, error) 
 	snap := &Snapshot{Namespace: "memory", Time: st.now, Epoch: m.epoch, Stats: m.stats}
 	for _, k := range keys {
 		limit, ok := m.limits[k]
-		if !ok {
+		rl := m.rateOf(k)
+		if !ok && rl == nil {
 			continue
 		}
 		ks := KeyState{Key: k, Limit: limit}
+		if rl != nil {
+			ks.Rate = rl.window()
+		}
 		for _, e := range m.holders[k] {
 			ks.Holders = append(ks.Holders, Holder{Entry: e.clone(), Token: e.tokens[k], Granted: e.granted, Expires: e.deadline, Ended: e.ended()})
 		}
@@ -484,6 +512,7 @@ func (m *Memory) Subscribe(ctx context.Context, owner string, hint func([]Hint))
 // tombstones. m.mu is held.
 func (m *Memory) begin() *step {
 	st := &step{m: m, now: m.now()}
+	m.at = st.now
 	touched := map[string]bool{}
 	var due []*memEntry
 	for _, e := range m.entries {
@@ -636,6 +665,9 @@ func (st *step) scan(touched map[string]bool) {
 	seen := map[*memEntry]bool{}
 	for k := range touched {
 		room := m.limits[k] - len(m.holders[k])
+		if m.rates[k] != nil {
+			room = min(room, rateScan) // strict FIFO: grants go from the head
+		}
 		q := m.queues[k]
 		for _, e := range q[:min(max(room, 0), len(q))] {
 			if !seen[e] {
@@ -645,9 +677,15 @@ func (st *step) scan(touched map[string]bool) {
 		}
 	}
 	slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(a.seq, b.seq) })
+	rated := map[string]bool{}
 	for _, e := range cands {
 		if !e.held && m.eligible(e) {
 			st.grant(e, true)
+			for _, l := range e.Lanes {
+				if !l.Rate.IsZero() && e.borrowed[l.Key] == nil {
+					rated[l.Key] = true // the next in its queue is the head now
+				}
+			}
 		}
 	}
 	for k := range touched {
@@ -655,7 +693,11 @@ func (st *step) scan(touched map[string]bool) {
 			delete(m.limits, k)
 			delete(m.holders, k)
 			delete(m.queues, k)
+			m.rateOf(k) // forgets an empty log
 		}
+	}
+	if len(rated) > 0 {
+		st.scan(rated)
 	}
 }
 
@@ -668,7 +710,7 @@ func (m *Memory) eligible(e *memEntry) bool {
 			continue
 		}
 		ahead := slices.Index(m.queues[l.Key], e)
-		if len(m.holders[l.Key])+ahead >= l.Limit {
+		if len(m.holders[l.Key])+ahead >= l.Limit || !m.rateRoom(l, ahead) {
 			return false
 		}
 	}
@@ -687,6 +729,9 @@ func (st *step) grant(e *memEntry, notify bool) {
 		}
 		m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 		m.holders[l.Key] = append(m.holders[l.Key], e)
+		if rl := m.rates[l.Key]; rl != nil {
+			rl.spend(st.now, l.cost())
+		}
 		m.tokens[l.Key]++
 		e.tokens[l.Key] = m.tokens[l.Key]
 	}
@@ -708,6 +753,7 @@ func (m *Memory) status(e *memEntry, positions bool) Status {
 		s.Tokens = maps.Clone(e.tokens)
 		return s
 	}
+	s.RateWait = m.rateWait(e)
 	if positions {
 		s.Positions = make(map[string]int, len(e.Lanes))
 		for _, l := range e.Lanes {

@@ -31,6 +31,14 @@ func (c *clock) advance(d time.Duration) {
 	c.offset += d
 }
 
+// TestRateMemoryRealClock runs the rate lane tests on a Memory that reads
+// the real clock, as the Session's wake-up timers do.
+func TestRateMemoryRealClock(t *testing.T) {
+	lanestest.RunRate(t, lanestest.Harness{New: func(t *testing.T) lanestest.Instance {
+		return lanestest.Instance{Backend: lanes.NewMemory()}
+	}})
+}
+
 func TestConformanceMemory(t *testing.T) {
 	lanestest.Run(t, lanestest.Harness{New: func(t *testing.T) lanestest.Instance {
 		c := &clock{}

@@ -66,6 +66,7 @@ type entry struct {
 	id       string
 	deadline time.Time   // local: last renewal sent + TTL - margin
 	timer    *time.Timer // fires at deadline
+	rateWake *time.Timer // fires when a rate that holds it back could have room
 	ready    chan struct{}
 	lease    *Lease // set once granted
 	err      error  // set when it ended without a grant

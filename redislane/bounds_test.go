@@ -38,6 +38,8 @@ func TestBoundsMatchGo(t *testing.T) {
 		"MAX_TTL":           int64(lanes.MaxTTL / time.Millisecond),
 		"CYCLE_VISITS":      lanes.MaxCycleVisits,
 		"MAX_BORROWERS":     lanes.MaxBorrowers,
+		"MAX_RATE_PER":      int64(lanes.MaxRatePer / time.Millisecond),
+		"RATE_LOG_MAX":      lanes.MaxRateLog,
 	}
 	for name, v := range want {
 		got, ok := lua[name]

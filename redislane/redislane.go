@@ -178,7 +178,11 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	for i, r := range reqs {
 		w := wireRequest{ID: r.ID, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant, Lineage: r.Lineage}
 		for _, l := range r.Lanes {
-			w.Lanes = append(w.Lanes, []any{l.Key, l.Limit})
+			if l.Rate.IsZero() {
+				w.Lanes = append(w.Lanes, []any{l.Key, l.Limit})
+			} else { // rate lanes: [key, limit, rate limit, window ms, cost]
+				w.Lanes = append(w.Lanes, []any{l.Key, l.Limit, l.Rate.Limit, l.Rate.Per.Milliseconds(), max(l.Cost, 1)})
+			}
 		}
 		wire[i] = w
 	}
@@ -304,7 +308,7 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 					w.Position = len(st.Waiters) + 1
 					st.Waiters = append(st.Waiters, w)
 				}
-			} else if ks.Limit > 0 {
+			} else if ks.Limit > 0 || ks.Rate != nil {
 				ks := ks.KeyState
 				states[ks.Key] = &ks
 			}
@@ -355,7 +359,9 @@ func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
 			return nil, b.mapErr(err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
-			if page[i] != "\x00" && activeRecord(page[i+1], epoch) {
+			if rateKey, ok := strings.CutPrefix(page[i], "\x01"); ok {
+				keys = append(keys, rateKey) // a rate key's log: inspect.lua shows its window
+			} else if page[i] != "\x00" && activeRecord(page[i+1], epoch) {
 				keys = append(keys, page[i])
 			}
 		}
@@ -638,6 +644,11 @@ func (b *Backend) mapErr(err error) error {
 				if err1 == nil && err2 == nil {
 					return &lanes.LimitMismatchError{Key: f[2], Recorded: rec, Requested: req}
 				}
+			}
+			return fmt.Errorf("%w: %s", lanes.ErrLimitMismatch, msg)
+		case "LANES_RATE":
+			if rm := parseRateMismatch(rest); rm != nil {
+				return rm
 			}
 			return fmt.Errorf("%w: %s", lanes.ErrLimitMismatch, msg)
 		case "LANES_BADARG":

@@ -37,7 +37,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	out := make([]lanes.Status, n)
 	for i, item := range list {
 		f, ok := item.([]any)
-		if !ok || len(f) < 3 || len(f) > 4 {
+		if !ok || len(f) < 3 || len(f) > 5 {
 			return nil, malformed("status", v)
 		}
 		id, _ := f[0].(string)
@@ -49,9 +49,13 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			return nil, malformed("status", v)
 		}
 		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1}
-		if len(f) == 4 {
+		if len(f) >= 4 {
 			seq, _ := f[3].(int64)
 			st.Seq = uint64(max(seq, 0))
+		}
+		if len(f) == 5 { // rate lanes: ms until a rate could have room
+			ms, _ := f[4].(int64)
+			st.RateWait = time.Duration(max(ms, 0)) * time.Millisecond
 		}
 		switch state {
 		case "h":
@@ -169,7 +173,7 @@ type record struct {
 	Tool     string            `json:"t"`
 	Tenant   string            `json:"n"`
 	Lineage  []string          `json:"l"`
-	Lanes    [][2]any          `json:"k"`
+	Lanes    [][]any           `json:"k"`
 	Enqueued int64             `json:"e"`
 	Granted  int64             `json:"g"`
 	Tokens   map[string]string `json:"x"`
@@ -186,9 +190,19 @@ func (r *record) entry() lanes.Entry {
 		Enqueued: msTime(r.Enqueued),
 	}
 	for _, kl := range r.Lanes {
+		if len(kl) < 2 {
+			continue
+		}
 		k, _ := kl[0].(string)
 		l, _ := kl[1].(float64)
-		e.Lanes = append(e.Lanes, lanes.Lane{Key: k, Limit: int(l)})
+		lane := lanes.Lane{Key: k, Limit: int(l)}
+		if len(kl) == 5 { // rate lanes
+			rl, _ := kl[2].(float64)
+			per, _ := kl[3].(float64)
+			cost, _ := kl[4].(float64)
+			lane.Rate, lane.Cost = lanes.Rate{Limit: int(rl), Per: time.Duration(per) * time.Millisecond}, int(cost)
+		}
+		e.Lanes = append(e.Lanes, lane)
 	}
 	return e
 }
@@ -231,7 +245,7 @@ func parsePage(v any, n int) (*page, error) {
 	}
 	for _, kv := range keys {
 		kf, ok := kv.([]any)
-		if !ok || len(kf) != 7 {
+		if !ok || len(kf) < 7 || len(kf) > 8 {
 			return nil, malformed("inspect", v)
 		}
 		key, _ := kf[0].(string)
@@ -243,6 +257,9 @@ func parsePage(v any, n int) (*page, error) {
 			return nil, malformed("inspect", v)
 		}
 		ks := pageKey{KeyState: lanes.KeyState{Key: key, Limit: int(limit)}, next: next}
+		if len(kf) == 8 {
+			ks.Rate = parseRateView(kf[7])
+		}
 		for _, h := range hs {
 			rec, deadline, err := parsePair(h)
 			if err != nil {
@@ -320,4 +337,46 @@ func parseHints(payload string) []lanes.Hint {
 		out = append(out, h)
 	}
 	return out
+}
+
+// parseRateView reads a key's window from inspect.lua (rate lanes): {} or
+// {rate limit, window ms, units spent, ms the oldest units leave (0:
+// none)}. nil when the key has no rate.
+func parseRateView(v any) *lanes.RateWindow {
+	f, ok := v.([]any)
+	if !ok || len(f) != 4 {
+		return nil
+	}
+	var n [4]int64
+	for i := range n {
+		n[i], _ = f[i].(int64)
+	}
+	w := &lanes.RateWindow{Rate: lanes.Rate{Limit: int(n[0]), Per: time.Duration(n[1]) * time.Millisecond}, Spent: int(n[2])}
+	if n[3] > 0 {
+		w.NextFree = msTime(n[3])
+	}
+	return w
+}
+
+// parseRateMismatch reads LANES_RATE's "<recorded limit> <recorded ms>
+// <requested limit> <requested ms> <key>"; nil when it does not parse.
+func parseRateMismatch(rest string) *lanes.RateMismatchError {
+	f := strings.SplitN(rest, " ", 5)
+	if len(f) != 5 {
+		return nil
+	}
+	var n [4]int
+	for i := range n {
+		var err error
+		if n[i], err = strconv.Atoi(f[i]); err != nil {
+			return nil
+		}
+	}
+	rate := func(l, ms int) lanes.Rate {
+		if l == 0 {
+			return lanes.Rate{}
+		}
+		return lanes.Rate{Limit: l, Per: time.Duration(ms) * time.Millisecond}
+	}
+	return &lanes.RateMismatchError{Key: f[4], Recorded: rate(n[0], n[1]), Requested: rate(n[2], n[3])}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -171,6 +172,11 @@ type Invocation struct {
 // Runner says Unmarked: UnmarkedParallel.
 type Tool struct {
 	Concurrency Concurrency
+	// Rate, when set, bounds how many units the calls naming its key spend
+	// per window, across processes (rate lanes; see Rate). Cost tells what
+	// one call spends; nil means 1.
+	Rate *Rate
+	Cost CostFunc
 	// Safe decides whether a call may share its phase with the calls around
 	// it; an error from it means unsafe. Nil leaves it to the rule above.
 	Safe SafeFunc
@@ -194,7 +200,7 @@ type Tool struct {
 // keys. `concurrency = 0`, the way a later layer lifts a limit, declares
 // nothing.
 func (t Tool) declaresKeys() bool {
-	return t.Concurrency.Key != "" || t.Concurrency.Limit > 0 || t.LockKeys != nil
+	return t.Concurrency.Key != "" || t.Concurrency.Limit > 0 || t.LockKeys != nil || t.Rate != nil
 }
 
 // Unmarked says what the calls of a tool that declares nothing (no Safe,
@@ -351,11 +357,8 @@ func (c Config) Validate() error {
 	}
 	sort.Strings(names)
 
-	type claim struct {
-		tool  string
-		limit int
-	}
-	claims := map[string][]claim{}
+	claims := map[string][]claim[int]{}
+	rates := map[string][]claim[lanes.Rate]{}
 	for _, n := range names {
 		t := c.Tools[n]
 		if n == "*" {
@@ -376,12 +379,13 @@ func (c Config) Validate() error {
 			if err := lanes.ValidateKey("concurrency:" + k); err != nil {
 				add("tool %s: concurrency key %q: %v", n, k, err)
 			}
-			claims[k] = append(claims[k], claim{n, limit})
+			claims[k] = append(claims[k], claim[int]{n, limit})
 		} else if t.Concurrency.Key != "" {
 			// {key = "x", limit = 0}: accepted, limits nothing, and still
 			// must agree with the other tools naming x.
-			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim{n, 0})
+			claims[t.Concurrency.Key] = append(claims[t.Concurrency.Key], claim[int]{n, 0})
 		}
+		claims, rates = t.rateClaims(n, claims, rates, add)
 		if t.Timeout < 0 {
 			add("tool %s: timeout %v is negative", n, t.Timeout)
 		}
@@ -392,24 +396,8 @@ func (c Config) Validate() error {
 			add("tool %s: no command or body to run", n)
 		}
 	}
-	keys := make([]string, 0, len(claims))
-	for k := range claims {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		cs := claims[k]
-		for _, c := range cs[1:] {
-			if c.limit != cs[0].limit {
-				var desc []string
-				for _, c := range cs {
-					desc = append(desc, fmt.Sprintf("%s says %d", c.tool, c.limit))
-				}
-				add("concurrency key %q has different limits: %s", k, strings.Join(desc, ", "))
-				break
-			}
-		}
-	}
+	agree(claims, "concurrency key %q has different limits: %s", strconv.Itoa, add)
+	agree(rates, "key %q has different rates: %s", rateWords, add)
 	r := c.Runner
 	if r.Retention < 0 || r.Retention > lanes.MaxRetention || (r.Retention > 0 && r.Retention < time.Millisecond) {
 		add("runner: retention %v is out of range 1ms..%v (0: %v)", r.Retention, lanes.MaxRetention, DefaultRetention)

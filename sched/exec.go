@@ -110,8 +110,19 @@ func (r *run) lanesOf(j job) ([]lanes.Lane, error) {
 	if n := r.runner.PerTool[c.Tool]; narrower(n, r.shared.PerTool[c.Tool]) {
 		out = append(out, lanes.Lane{Key: r.ownKey(ToolPrefix + c.Tool), Limit: n})
 	}
+	rl, rated, err := rateLane(withCallInfo(r.admit, r.info(j)), t, c.Tool, r.state[j.call].ops[j.op])
+	if err != nil {
+		return nil, err
+	}
 	if k, limit := t.Concurrency.key(c.Tool); k != "" {
-		out = append(out, lanes.Lane{Key: ConcurrencyPrefix + k, Limit: limit})
+		l := lanes.Lane{Key: ConcurrencyPrefix + k, Limit: limit}
+		if rated && rl.Key == l.Key { // one key, its limit and its rate
+			l.Rate, l.Cost, rated = rl.Rate, rl.Cost, false
+		}
+		out = append(out, l)
+	}
+	if rated {
+		out = append(out, rl)
 	}
 	if t.LockKeys != nil {
 		ctx := withCallInfo(r.admit, r.info(j))

@@ -24,6 +24,7 @@ const (
 	CodeRewriteFailed Code = "TOOL_REWRITE_FAILED"   // Options.Rewrite returned an error
 	CodeDeclined      Code = "TOOL_DECLINED"         // Options.Approve declined it
 	CodeLockKeys      Code = "TOOL_LOCK_KEYS"        // could not tell what the call changes
+	CodeCost          Code = "TOOL_COST"             // could not tell what the call costs of its rate (rate lanes)
 	CodeLockCycle     Code = "TOOL_LOCK_CYCLE"       // it would close a wait-for cycle (lanes.ErrLockCycle)
 	CodeLimitMismatch Code = "TOOL_LIMIT_MISMATCH"   // a lane is held with another limit (lanes.ErrLimitMismatch)
 	CodeUnavailable   Code = "TOOL_UNAVAILABLE"      // the lanes could not be reached (lanes.ErrUnavailable)
@@ -51,6 +52,8 @@ func codeOf(err error) Code {
 	switch {
 	case errors.Is(err, errLockKeys):
 		return CodeLockKeys
+	case errors.Is(err, errCost):
+		return CodeCost
 	case errors.Is(err, lanes.ErrLockCycle):
 		return CodeLockCycle
 	case errors.Is(err, lanes.ErrLimitMismatch):

@@ -238,6 +238,7 @@ func describe(err error) string {
 		cycle *lanes.LockCycleError
 		conf  *lanes.IDConflictError
 		lim   *lanes.LimitMismatchError
+		rm    *lanes.RateMismatchError
 	)
 	switch {
 	case errors.As(err, &inv):
@@ -248,6 +249,18 @@ func describe(err error) string {
 		return fmt.Sprintf("entry id %s already names another request (other keys, limits or lineage); an entry id names one request: choose another --id", conf.ID)
 	case errors.As(err, &lim):
 		return fmt.Sprintf("key %q is held or awaited with limit %d; this request names %d (pass --limit %d)", lim.Key, lim.Recorded, lim.Requested, lim.Recorded)
+	case errors.As(err, &rm):
+		if rm.Recorded.IsZero() {
+			return fmt.Sprintf("key %q is in use without a rate; this request names rate %s (leave --rate out)", rm.Key, rm.Requested)
+		}
+		return fmt.Sprintf("key %q is in use with rate %s; this request names %s (pass --rate %s)", rm.Key, rm.Recorded, rateOrNone(rm.Requested), rm.Recorded)
 	}
 	return err.Error()
+}
+
+func rateOrNone(r lanes.Rate) string {
+	if r.IsZero() {
+		return "none"
+	}
+	return r.String()
 }

@@ -42,10 +42,16 @@ type lockOptions struct {
 	relay  *signalRelay // signals after the first, for the command; may be nil
 
 	limit int
-	ttl   time.Duration
-	wait  time.Duration
-	id    string
-	files []string // --file: paths whose lock keys to hold too
+	// rate lanes: --rate N/s|N/m|N/h (zero: none) and --cost; limitSet:
+	// --limit was given (with --rate alone, the rate is the only bound)
+	rate     lanes.Rate
+	rateFlag string
+	cost     int
+	limitSet bool
+	ttl      time.Duration
+	wait     time.Duration
+	id       string
+	files    []string // --file: paths whose lock keys to hold too
 	// try fails at once when the keys cannot all be granted now (--try).
 	try bool
 	// conflictCode is the exit status when --try meets taken keys or
@@ -64,7 +70,7 @@ type lockOptions struct {
 
 func newLockCommand(o *lockOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "lock [--limit N] [--ttl D] [--wait D | --try] [--conflict-exit-code N] [--quiet] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
+		Use:   "lock [--limit N] [--rate N/s|N/m|N/h [--cost N]] [--ttl D] [--wait D | --try] [--conflict-exit-code N] [--quiet] [--id ENTRY] [--file PATH]... KEY... -- CMD [ARG...]",
 		Short: "Run a command while holding keys: the cluster's flock",
 		Long: `lock waits its turn for every KEY at once (FIFO, at most --limit holders per
 key), runs CMD while it holds them and exits with CMD's status. --file PATH
@@ -112,6 +118,7 @@ SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
 128+signal; while CMD runs, the signal is passed on to CMD and lock exits
 with CMD's status.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			o.limitSet = cmd.Flags().Changed("limit")
 			return o.complete(args, cmd.ArgsLenAtDash())
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -120,6 +127,8 @@ with CMD's status.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once; every user of a key must name the same limit")
+	f.StringVar(&o.rateFlag, "rate", "", "at most N grants per window for each key, across every process: N/s, N/m, N/h or N/<duration>; without --limit, the rate is the only bound")
+	f.IntVar(&o.cost, "cost", 0, "units of --rate this lock spends (default 1; at most the rate's N)")
 	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
 	f.BoolVar(&o.try, "try", false, "give up (exit 75) at once if the keys cannot all be granted now, leaving the queue (as flock -n)")
@@ -162,6 +171,9 @@ func (o *lockOptions) complete(args []string, dash int) error {
 		return usageErrorf("--try gives up at once and --wait %v after a while: give one", o.wait)
 	case o.conflictCode < 0 || o.conflictCode > 255:
 		return usageErrorf("--conflict-exit-code must be 0 to 255, got %d", o.conflictCode)
+	}
+	if err := o.completeRate(); err != nil {
+		return err
 	}
 	if o.id != "" {
 		if err := lanes.ValidateEntryID(o.id); err != nil {
@@ -214,10 +226,33 @@ func lockCommand(e lanes.Entry) string {
 // request is the one request lock makes: every key at once.
 func (o *lockOptions) request() lanes.Request {
 	req := lanes.Request{ID: o.id, Tool: lockTool, CallID: callID(o.argv), Lineage: o.lineage}
+	limit := o.limit
+	if !o.rate.IsZero() && !o.limitSet {
+		limit = 0 // bounded by the rate alone
+	}
 	for _, k := range o.keys {
-		req.Lanes = append(req.Lanes, lanes.Lane{Key: k, Limit: o.limit})
+		req.Lanes = append(req.Lanes, lanes.Lane{Key: k, Limit: limit, Rate: o.rate, Cost: o.cost})
 	}
 	return req
+}
+
+// completeRate reads --rate and checks --cost against it.
+func (o *lockOptions) completeRate() error {
+	switch {
+	case o.rateFlag == "" && o.cost != 0:
+		return usageErrorf("--cost %d needs --rate", o.cost)
+	case o.rateFlag == "":
+		return nil
+	}
+	r, err := lanes.ParseRate(o.rateFlag)
+	if err != nil {
+		return usageErrorf("--rate: %s", describe(err))
+	}
+	if o.cost < 0 || o.cost > r.Limit {
+		return usageErrorf("--cost must be 1 to %d (the rate's limit), got %d", r.Limit, o.cost)
+	}
+	o.rate = r
+	return nil
 }
 
 func (o *lockOptions) run(cmd *cobra.Command) error {

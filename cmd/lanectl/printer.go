@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+
+	"github.com/lanes-dev/lanes/lanes"
 )
 
 // printer writes what a command reports, as a table for people or as JSON
@@ -107,6 +109,9 @@ func writeStatusTable(out io.Writer, v statusView) error {
 	row(append(header, "TENANT", "FOR", "LEASE LEFT")...)
 	for _, k := range v.Keys {
 		key, limit := cell(k.Key), strconv.Itoa(k.Limit)
+		if k.Rate != nil && k.Limit == lanes.MaxLimit {
+			limit = "-" // bounded by its rate alone
+		}
 		for _, h := range k.Holders {
 			state := "held"
 			if h.Ended {
@@ -121,6 +126,35 @@ func writeStatusTable(out io.Writer, v statusView) error {
 			cells = append(cells, what(w.Tool, w.CallID, w.Command)...)
 			row(append(cells, cell(w.Tenant), ms(w.WaitingMS), "-")...)
 		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeRateTable(out, v)
+}
+
+// writeRateTable writes, after a blank line, one line per rate key: its
+// rate, the units spent in the window, when the next units leave it, and
+// how many wait. Nothing when no key has a rate.
+func writeRateTable(out io.Writer, v statusView) error {
+	var tw *tabwriter.Writer
+	for _, k := range v.Keys {
+		if k.Rate == nil {
+			continue
+		}
+		if tw == nil {
+			fmt.Fprintln(out)
+			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "RATE KEY\tRATE\tSPENT\tNEXT FREE IN\tWAITERS")
+		}
+		next := "-"
+		if k.Rate.Spent > 0 {
+			next = ms(k.Rate.NextFreeMS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%d\n", cell(k.Key), k.Rate.Rate, k.Rate.Spent, k.Rate.Limit, next, len(k.Waiters))
+	}
+	if tw == nil {
+		return nil
 	}
 	return tw.Flush()
 }

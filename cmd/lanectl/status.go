@@ -76,8 +76,20 @@ type statusView struct {
 type statusKey struct {
 	Key     string       `json:"key"`
 	Limit   int          `json:"limit"`
+	Rate    *rateView    `json:"rate,omitempty"` // a rate key's window (rate lanes)
 	Holders []holderView `json:"holders"`
 	Waiters []waiterView `json:"waiters"`
+}
+
+// rateView is a rate key's window at the snapshot's instant: its rate,
+// the units spent in the window that ends then, and how long until the
+// oldest of them leave it (0: none spent).
+type rateView struct {
+	Rate       string `json:"rate"` // e.g. "10/s"
+	Limit      int    `json:"limit"`
+	PerMS      int64  `json:"per_ms"`
+	Spent      int    `json:"spent"`
+	NextFreeMS int64  `json:"next_free_ms"`
 }
 
 type holderView struct {
@@ -114,6 +126,10 @@ func newStatusView(snap *lanes.Snapshot) statusView {
 	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time)}
 	for _, k := range snap.Keys {
 		sk := statusKey{Key: k.Key, Limit: k.Limit, Holders: []holderView{}, Waiters: []waiterView{}}
+		if r := k.Rate; r != nil {
+			sk.Rate = &rateView{Rate: r.Rate.String(), Limit: r.Rate.Limit, PerMS: r.Rate.Per.Milliseconds(),
+				Spent: r.Spent, NextFreeMS: since(r.NextFree, snap.Time)}
+		}
 		for _, h := range k.Holders {
 			sk.Holders = append(sk.Holders, holderView{
 				Entry: h.ID, Token: h.Token, Host: h.Owner.Host, PID: h.Owner.PID,

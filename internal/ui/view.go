@@ -53,8 +53,20 @@ type KeyView struct {
 	Key     string       `json:"key"`
 	Class   string       `json:"class"`
 	Limit   int          `json:"limit"`
+	Rate    *RateView    `json:"rate,omitempty"` // rate lanes: the key's window, when it has a rate
 	Holders []HolderView `json:"holders"`
 	Waiters []WaiterView `json:"waiters"`
+}
+
+// RateView is a rate key's window at the snapshot's instant, as `lanectl
+// status --json` shows it: the rate, the units spent in the window that
+// ends then, and how long until the oldest of them leave it (0: none).
+type RateView struct {
+	Rate       string `json:"rate"`
+	Limit      int    `json:"limit"`
+	PerMS      int64  `json:"per_ms"`
+	Spent      int    `json:"spent"`
+	NextFreeMS int64  `json:"next_free_ms"`
 }
 
 // HolderView is a holder of a key, with the fields of `lanectl status
@@ -202,6 +214,9 @@ func buildKeys(snap *lanes.Snapshot, leaseMax func(key, entry string) int64) []K
 			continue
 		}
 		kv := KeyView{Key: k.Key, Class: Class(k.Key), Limit: k.Limit, Holders: []HolderView{}, Waiters: []WaiterView{}}
+		if r := k.Rate; r != nil {
+			kv.Rate = &RateView{Rate: r.Rate.String(), Limit: r.Rate.Limit, PerMS: r.Rate.Per.Milliseconds(), Spent: r.Spent, NextFreeMS: since(r.NextFree, snap.Time)}
+		}
 		for _, h := range k.Holders {
 			left := since(h.Expires, snap.Time)
 			kv.Holders = append(kv.Holders, HolderView{

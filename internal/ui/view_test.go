@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanes-dev/lanes/lanes"
 )
@@ -134,5 +135,21 @@ func TestNextGranted(t *testing.T) {
 	frozen.Frozen = at(500)
 	if got := NextGranted(&frozen, "a"); got != nil {
 		t.Errorf("NextGranted(a) in a frozen namespace = %v; want none", ids(got))
+	}
+}
+
+// Rate lanes (issue 15): a rate key's window is in the key's JSON,
+// measured on the Redis clock.
+func TestBuildKeysShowsRateWindow(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	snap := &lanes.Snapshot{Time: now, Keys: []lanes.KeyState{{
+		Key: "concurrency:partner", Limit: 3,
+		Rate:    &lanes.RateWindow{Rate: lanes.Rate{Limit: 20, Per: time.Second}, Spent: 7, NextFree: now.Add(250 * time.Millisecond)},
+		Holders: []lanes.Holder{{Entry: lanes.Entry{ID: "a"}, Token: 1, Granted: now, Expires: now.Add(time.Second)}},
+	}}}
+	keys := buildKeys(snap, func(string, string) int64 { return 0 })
+	want := RateView{Rate: "20/s", Limit: 20, PerMS: 1000, Spent: 7, NextFreeMS: 250}
+	if len(keys) != 1 || keys[0].Rate == nil || *keys[0].Rate != want {
+		t.Fatalf("buildKeys() = %+v; want the window %+v", keys, want)
 	}
 }

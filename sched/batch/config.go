@@ -38,6 +38,8 @@ type (
 	toolTOML struct {
 		Command      toml.Primitive `toml:"command"`
 		Concurrency  toml.Primitive `toml:"concurrency"`
+		Rate         toml.Primitive `toml:"rate"`
+		Cost         toml.Primitive `toml:"cost"`
 		Safe         toml.Primitive `toml:"safe"`
 		SafeIf       toml.Primitive `toml:"safe_if"`
 		ReadOnlyHint toml.Primitive `toml:"read_only_hint"`
@@ -52,6 +54,11 @@ type (
 	concurrencyTOML struct {
 		Key   toml.Primitive `toml:"key"`
 		Limit toml.Primitive `toml:"limit"`
+	}
+	rateTOML struct {
+		Key   toml.Primitive `toml:"key"`
+		Limit toml.Primitive `toml:"limit"`
+		Per   toml.Primitive `toml:"per"`
 	}
 	fanOutTOML struct {
 		Enabled toml.Primitive `toml:"enabled"`
@@ -384,7 +391,7 @@ type toolDecl struct {
 }
 
 // toolFields are the fields of [tools.NAME], by TOML name.
-var toolFields = []string{"command", "concurrency", "safe", "safe_if", "read_only_hint", "idempotent",
+var toolFields = []string{"command", "concurrency", "rate", "cost", "safe", "safe_if", "read_only_hint", "idempotent",
 	"timeout", "fan_out", "enabled", "lock_keys", "description", "input_schema"}
 
 // tool decodes [tools.NAME].
@@ -423,6 +430,12 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (too
 	}
 	if f := at(k, "concurrency"); p.has(f) {
 		t.Concurrency, _ = p.concurrency(f, tt.Concurrency)
+	}
+	if f := at(k, "rate"); p.has(f) {
+		t.Rate = p.rate(f, tt.Rate)
+	}
+	if f := at(k, "cost"); p.has(f) {
+		t.Cost = p.cost(f, tt.Cost)
 	}
 	if f := at(k, "safe"); p.has(f) {
 		if b, ok := p.bool(f, tt.Safe); ok {

@@ -381,6 +381,12 @@ func (d toolDecl) apply(t sched.Tool) sched.Tool {
 	if d.set["concurrency"] {
 		t.Concurrency = w.Concurrency
 	}
+	if d.set["rate"] {
+		t.Rate = w.Rate
+	}
+	if d.set["cost"] {
+		t.Cost = w.Cost
+	}
 	if d.set["safe"] || d.set["safe_if"] {
 		t.Safe = w.Safe
 	}

@@ -17,6 +17,7 @@ var (
 	toolKeys        = toolFields
 	serverKeys      = []string{"command", "env", "url", "prefix", "start_timeout"}
 	concurrencyKeys = []string{"key", "limit"}
+	rateKeys        = []string{"key", "limit", "per"}
 	fanOutKeys      = []string{"enabled", "on_error"}
 )
 
@@ -62,6 +63,8 @@ func namesAt(k toml.Key) []string {
 		return toolKeys
 	case k[0] == "tools" && len(k) == 4 && k[2] == "concurrency":
 		return concurrencyKeys
+	case k[0] == "tools" && len(k) == 4 && k[2] == "rate":
+		return rateKeys
 	case k[0] == "tools" && len(k) == 4 && k[2] == "fan_out":
 		return fanOutKeys
 	case k[0] == "mcp_servers" && len(k) == 3:

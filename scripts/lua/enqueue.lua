@@ -5,6 +5,8 @@
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
 --       [4] owner id, [5] host, [6] pid, [7] requests as a JSON list of
 --       {"id": entry id, "k": [[key, limit], ...], "c": call id,
+--        (a lane with a rate: [key, limit, rate limit 1 to MAX_LIMIT,
+--        window ms 1 to MAX_RATE_PER, cost 1 to the rate limit]),
 --        "t": tool, "n": tenant, "l": [lineage ids]} ("l" absent when empty):
 --       1 to MAX_STEP_REQUESTS requests with distinct ids and
 --       MAX_STEP_LANES lanes in all, each within the bounds of lib.lua.
@@ -12,7 +14,7 @@
 -- Reply: {epoch, statuses, more}: one status per request, in order
 --        (more as heartbeat.lua's):
 --        {id, "h", {key, token, ...}, seq}, {id, "w", {key, position from
---        1, ...}, seq}, or, when that one request is refused and nothing
+--        1, ...}, seq} (then wait ms when a rate holds it back), or, when that one request is refused and nothing
 --        of it changed: {id, "e", {message}} (another owner holds the id),
 --        {id, "x", {message}} (the id names another request: other lanes
 --        or another lineage), {id, "t", {message}} (the id was released
@@ -30,7 +32,9 @@
 --        queue, no slot, the lender's token (invariant 10).
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>;
 --        LANES_LIMIT <recorded> <requested> <key> when a key's recorded
---        limit differs; LANES_EXHAUSTED when sequence numbers would pass
+--        limit differs; LANES_RATE <recorded limit> <recorded ms>
+--        <requested limit> <requested ms> <key> when the rate a key is in
+--        use with differs (0 0: none); LANES_EXHAUSTED when sequence numbers would pass
 --        MAX_SEQ while entries wait. Then nothing is enqueued.
 
 local err = begin(KEYS, ARGV)
@@ -72,6 +76,12 @@ do
       if keys then
         if keys[kl[1]] then return badarg('key', at(i) .. 'key ' .. kl[1] .. ' is named twice') end
         keys[kl[1]] = true
+      end
+      -- rate lanes: [key, limit, rate limit, window ms, cost]
+      if #kl > 2 and (#kl ~= 5 or not int_in(kl[3], 1, MAX_LIMIT) or not int_in(kl[4], 1, MAX_RATE_PER)
+          or not int_in(kl[5], 1, kl[3])) then
+        return badarg('rate', at(i) .. 'key ' .. kl[1] .. ': a rate is a limit from 1 to ' .. MAX_LIMIT .. ', a window of 1 to '
+          .. MAX_RATE_PER .. ' ms and a cost from 1 to the limit')
       end
     end
     lanes_total = lanes_total + #r.k
@@ -122,6 +132,7 @@ for _, r in ipairs(reqs) do
   if not lean then break end
   if ERAW[r.id] or r.l then lean = false end
   for _, kl in ipairs(r.k) do
+    if kl[3] then lean = false end -- rate lanes take the full path
     if count[kl[1]] > 1 or not idle(kget(kl[1])) then lean = false end
   end
 end
@@ -149,9 +160,10 @@ reap(whole and exp or nil) -- expired entries go before anything is decided
 local function same(e, r)
   if #e.k ~= #r.k or #(e.l or {}) ~= #(r.l or {}) then return false end
   local lim = {}
-  for _, kl in ipairs(e.k) do lim[kl[1]] = kl[2] end
+  for _, kl in ipairs(e.k) do lim[kl[1]] = kl end
   for _, kl in ipairs(r.k) do
-    if lim[kl[1]] ~= kl[2] then return false end
+    local o = lim[kl[1]]
+    if not o or o[2] ~= kl[2] or o[3] ~= kl[3] or o[4] ~= kl[4] or o[5] ~= kl[5] then return false end
   end
   for i, a in ipairs(e.l or {}) do
     if r.l[i] ~= a then return false end
@@ -162,7 +174,7 @@ end
 -- An existing entry past its deadline is gone first; then check every
 -- limit before changing anything (DESIGN.md invariant 9). A key's limit is
 -- recorded while it has holders or waiters.
-local batch, existing, settled, gone = {}, {}, {}, {}
+local batch, rates, existing, settled, gone = {}, {}, {}, {}, {}
 for _, r in ipairs(reqs) do
   local e = load(r.id)
   if e and not alive(r.id) then
@@ -189,6 +201,18 @@ for _, r in ipairs(reqs) do
         return redis.error_reply(string.format('LANES_LIMIT %d %d %s', rec, limit, key))
       end
       batch[key] = limit
+      -- rate lanes: one key, one rate (0 0: none)
+      local rl, rp
+      if rates[key] then
+        rl, rp = rates[key][1], rates[key][2]
+      else
+        rl, rp = rate_recorded(key)
+      end
+      if rl and (rl ~= (kl[3] or 0) or rp ~= (kl[4] or 0)) then
+        finish()
+        return redis.error_reply(string.format('LANES_RATE %d %d %d %d %s', rl, rp, kl[3] or 0, kl[4] or 0, key))
+      end
+      rates[key] = {kl[3] or 0, kl[4] or 0}
     end
   end
 end
@@ -308,6 +332,7 @@ local function room(queued)
       r = kget(key)
       if #r.h + r.w >= limit then return false end
     end
+    if not rate_room(kl, r.w) then return false end -- rate lanes
   end
   return true
 end
@@ -378,6 +403,7 @@ for i, r in ipairs(reqs) do
         for _, a in ipairs(r.l or {}) do
           redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
         end
+        for _, kl in ipairs(r.k) do rate_note(kl) end -- rate lanes
         for a in pairs(lenders) do
           redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
           local lender = load(a)

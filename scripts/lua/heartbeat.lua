@@ -12,7 +12,8 @@
 --       [4] owner id, [5...] 1 to MAX_STEP_REQUESTS entry ids.
 -- Reply: {epoch ("" when the namespace has no state), statuses, more}:
 --        one status per id, in order: {id, "h", {key, token, ...}, seq},
---        {id, "w", {}, seq} or {id, "g", {}} (gone: expired, released,
+--        {id, "w", {}, seq} ({id, "w", {}, seq, wait ms} when a rate holds
+--        it back: poll it then, lib.lua) or {id, "g", {}} (gone: expired, released,
 --        taken over by another owner, or ended; then it is not renewed);
 --        more is 1 when the step left expired entries it could not remove
 --        within its bounds (REAP_MAX, DEAD_MAX): a waiter asks again at

@@ -10,7 +10,10 @@
 -- Reply: {now (ms), epoch ("" when the namespace has no state),
 --        {{key, limit (0: neither holders nor waiters), holder count,
 --          waiter count, {{entry JSON, deadline ms, id}, ...holders},
---          {{entry JSON, deadline ms, id}, ...waiters}, next}, ...} (one per
+--          {{entry JSON, deadline ms, id}, ...waiters}, next[, rate]}, ...}
+--        (rate, only for a key with a rate: {rate limit, window ms, units
+--        spent, ms the oldest units leave the window (0: none)}, see
+--        lib.lua), (one per
 --        key asked, in order), {expired, evicted, revoked, resets, frozen
 --        until (ms)}}. Holders come in grant order, then waiters in queue
 --        order, at most the budget in all. A cursor "" starts at the key's
@@ -92,7 +95,10 @@ for i = 4, #ARGV, 2 do
       end
     end
   end
-  out[#out + 1] = {key, limit, nh, nw, holders, waiters, nxt}
+  local row = {key, limit, nh, nw, holders, waiters, nxt}
+  local rv = rate_view(key) -- rate lanes: a rate key's window, as an eighth element
+  if #rv > 0 then row[8] = rv end
+  out[#out + 1] = row
 end
 
 local m = redis.call('HMGET', K_META, 'expired', 'evicted', 'revoked', 'resets')

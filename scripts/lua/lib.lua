@@ -72,6 +72,9 @@ local REAP_MAX = 100          -- expired entries one step removes, at most
 local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
 local DEAD_MAX = 1000         -- expired waiters one step removes from the heads of queues, at most
 local PURGE_ALL = 1000        -- holders of a key a step checks for leftovers even after a whole reap
+local MAX_RATE_PER = 86400000 -- ms in a rate's window, at most (rate lanes, issue 15)
+local RATE_LOG_MAX = 1000     -- (time, cost) pairs one rate key keeps; past it the two oldest merge
+local RATE_SCAN = 50          -- waiters of a rate key one hand-off looks at (grants go from its head)
 
 -- The state of one step (a script run, or a call of the library's
 -- functions, which keep this file loaded between calls): begin sets it.
@@ -95,6 +98,7 @@ local PENDING
 -- writes put off by a lean enqueue (putoff): entry records and deadlines,
 -- issued by flush in one command per key
 local PUT
+local RATES, RDIRTY, RSPENT -- rate logs read; rate keys whose log changed; rate keys a grant spent on
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
 -- the protocol, reads the clock and forgets what an earlier step of the
@@ -119,6 +123,7 @@ local function begin(KEYS, ARGV, nkeys)
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
   PENDING, PUT = nil, nil
+  RATES, RDIRTY, RSPENT = {}, {}, {}
 end
 
 -- Input checks, the same rules as package lanes.
@@ -372,6 +377,154 @@ local function drop_holder(r, id)
   end
 end
 
+-- Rate lanes (issue 15). A lane {key, limit, rate limit, window ms, cost}
+-- (the last three absent without a rate) spends cost units of its key's
+-- rate at each grant: at most rate limit units in any window of that many
+-- ms. Each rate key keeps a sliding log of (grant ms, cost), oldest first,
+-- in the lanes hash under "\1" .. key (a lane key holds no control
+-- character, so the two never mix): "<rate limit> <window ms> <ms> <cost>
+-- ...". A pair leaves the log once its ms plus the window is past; past
+-- RATE_LOG_MAX pairs the two oldest merge into one at the later ms (its
+-- units leave later than they would: the bound holds, more strictly). The
+-- log lives while the key has holders or waiters or units in the window;
+-- while it has holders or waiters it names the key's rate (one key, one
+-- rate), and a request on an idle key may name another, under which the
+-- units still in the window count. It is not part
+-- of the epoch's state: a reset keeps it, as it keeps the fencing tokens.
+-- On a rate key grants go strictly in FIFO order: only the head of the
+-- key's queue may be granted it.
+
+local function rfield(key) return '\1' .. key end
+
+-- rget returns key's rate log {lim, per, u = {{ms, cost}, ...}, spent},
+-- pruned at NOW, or false when key has none.
+local function rget(key)
+  local r = RATES[key]
+  if r ~= nil then return r end
+  r = false
+  local raw = redis.call('HGET', K_LANES, rfield(key))
+  if raw then
+    local n = {}
+    for d in string.gmatch(raw, '%d+') do n[#n + 1] = tonumber(d) end
+    if #n >= 2 then
+      local per = n[2]
+      r = {lim = n[1], per = per, u = {}, spent = 0}
+      for i = 3, #n - 1, 2 do
+        if n[i] + per > NOW then
+          r.u[#r.u + 1] = {n[i], n[i + 1]}
+          r.spent = r.spent + n[i + 1]
+        else
+          RDIRTY[key] = true
+        end
+      end
+    end
+  end
+  RATES[key] = r
+  return r
+end
+
+-- rate_recorded returns the rate limit and window key is in use with
+-- while it has holders or waiters (0 0: none), or nil when it is idle and
+-- free to take any (as limits, DESIGN.md invariant 9).
+local function rate_recorded(key)
+  if idle(kget(key)) then return nil end
+  local r = rget(key)
+  if r then return r.lim, r.per end
+  return 0, 0
+end
+
+-- rate_note records the rate of lane kl for its key.
+local function rate_note(kl)
+  if not kl[3] then return end
+  local r = rget(kl[1])
+  if not r or r.lim ~= kl[3] or r.per ~= kl[4] then
+    RATES[kl[1]] = {lim = kl[3], per = kl[4], u = r and r.u or {}, spent = r and r.spent or 0}
+    RDIRTY[kl[1]] = true
+  end
+end
+
+-- rate_room reports whether lane kl's rate lets an entry with ahead
+-- entries queued before it on kl's key be granted now: none ahead, and
+-- its cost fits in the window.
+local function rate_room(kl, ahead)
+  if not kl[3] then return true end
+  if ahead > 0 then return false end
+  local r = rget(kl[1])
+  return not r or r.spent + kl[5] <= r.lim
+end
+
+-- rate_spend spends the cost of each rate lane the granted entry e holds
+-- in its own right, at NOW.
+local function rate_spend(e, kl)
+  if not kl[3] then return end
+  local key = kl[1]
+  local r = rget(key)
+  if not r then
+    r = {lim = kl[3], per = kl[4], u = {}, spent = 0}
+    RATES[key] = r
+  end
+  r.u[#r.u + 1] = {NOW, kl[5]}
+  r.spent = r.spent + kl[5]
+  if #r.u > RATE_LOG_MAX then
+    r.u[2][2] = r.u[2][2] + r.u[1][2]
+    table.remove(r.u, 1)
+  end
+  RDIRTY[key], RSPENT[key] = true, true
+end
+
+-- rate_wait returns, for the waiting entry e, how many ms from NOW a rate
+-- it waits for could have room: at the head of a key's queue, when its
+-- cost fits; behind it, when the next units leave the window. 0 when no
+-- rate holds it back.
+local function rate_wait(e)
+  local wait = 0
+  for _, kl in ipairs(e.k) do
+    local r = kl[3] and not (e.r and e.r[kl[1]]) and rget(kl[1])
+    if r and #r.u > 0 then
+      local at = r.u[1][1] + r.per
+      local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '(' .. qmember(kl[1], e.q, e.id))
+      if ahead == 0 then
+        local over = r.spent + kl[5] - r.lim
+        at = NOW
+        for _, u in ipairs(r.u) do
+          if over <= 0 then break end
+          over = over - u[2]
+          at = u[1] + r.per
+        end
+      end
+      wait = math.max(wait, at - NOW)
+    end
+  end
+  return wait
+end
+
+-- rate_view is a key's window for inspect.lua: {rate limit, window ms,
+-- units spent, ms the oldest units leave the window (0: none)}, or {}.
+local function rate_view(key)
+  local r = rget(key)
+  if not r then return {} end
+  return {r.lim, r.per, r.spent, #r.u > 0 and r.u[1][1] + r.per or 0}
+end
+
+-- rate_flush writes the rate logs that changed; a log left empty on an
+-- idle key is removed.
+local function rate_flush()
+  for key in pairs(RDIRTY) do
+    local r = RATES[key]
+    if r and (#r.u > 0 or not idle(kget(key))) then
+      local parts = {r.lim, r.per}
+      for _, u in ipairs(r.u) do
+        parts[#parts + 1] = dec(u[1])
+        parts[#parts + 1] = u[2]
+      end
+      redis.call('HSET', K_LANES, rfield(key), table.concat(parts, ' '))
+    else
+      redis.call('HDEL', K_LANES, rfield(key))
+    end
+  end
+  RDIRTY = {}
+end
+
 -- The namespace's state: the six state keys (STATE) exist together (each
 -- holds a marker), or none does.
 
@@ -571,6 +724,7 @@ local function grant(e, queued, dl, hint)
       r.h[#r.h + 1] = e.id
       tokens[key] = tokenize(r)
       kput(key)
+      rate_spend(e, kl) -- rate lanes
     end
   end
   if not queued then
@@ -778,6 +932,7 @@ local function eligible(e)
     if not borrowed(e, key) then
       local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), '(' .. qmember(key, e.q, e.id))
       if #kget(key).h + ahead >= limit then return false end
+      if not rate_room(kl, ahead) then return false end -- rate lanes
     end
   end
   return true
@@ -807,6 +962,7 @@ local function scan(touched)
       local r = kget(key)
       if r.w > 0 and stale(r) then r = purge(key, touched) end
       local room = touched[key] - #r.h
+      if r.w > 0 and rget(key) then room = math.min(room, RATE_SCAN) end -- rate lanes: grants go from the head
       local looked, from, stop = 0, lo(key), false
       while not stop and room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
         local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room + 100)
@@ -849,6 +1005,13 @@ local function scan(touched)
   for _, c in ipairs(cands) do
     local e = load(c[2])
     if e and e.s == 'w' and eligible(e) then grant(e, true, nil, true) end
+  end
+  if next(RSPENT) then
+    -- rate lanes: a grant on a rate key made the next of its queue the head
+    local again = {}
+    for key in pairs(RSPENT) do again[key] = kget(key).l end
+    RSPENT = {}
+    scan(again)
   end
 end
 
@@ -893,6 +1056,7 @@ local function status(e, positions, last)
     end
     return {e.id, 'h', detail, e.q}
   end
+  local wait = rate_wait(e) -- rate lanes: when to poll, as no hint comes
   if positions then
     for _, kl in ipairs(e.k) do
       if not borrowed(e, kl[1]) then
@@ -902,6 +1066,7 @@ local function status(e, positions, last)
       end
     end
   end
+  if wait > 0 then return {e.id, 'w', detail, e.q, wait} end
   return {e.id, 'w', detail, e.q}
 end
 
@@ -912,6 +1077,7 @@ end
 -- over by someone else (the owner asks).
 local function finish()
   flush()
+  rate_flush() -- rate lanes
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then

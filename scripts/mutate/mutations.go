@@ -172,7 +172,7 @@ var mutations = []Mutation{
 		What: "a waiter is eligible while holders plus those ahead equal the limit (invariant 1)",
 		Edits: []Edit{
 			{File: "scripts/lua/lib.lua", Old: `if #kget(key).h + ahead >= limit then return false end`, New: `if #kget(key).h + ahead > limit then return false end`},
-			{File: "lanes/memory.go", Old: `if len(m.holders[l.Key])+ahead >= l.Limit {`, New: `if len(m.holders[l.Key])+ahead > l.Limit {`},
+			{File: "lanes/memory.go", Old: `if len(m.holders[l.Key])+ahead >= l.Limit || !m.rateRoom(l, ahead) {`, New: `if len(m.holders[l.Key])+ahead > l.Limit || !m.rateRoom(l, ahead) {`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},
@@ -192,11 +192,11 @@ var mutations = []Mutation{
 		What: "a heartbeat renews holders only: a live waiter is evicted (invariant 6)",
 		Edits: []Edit{
 			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', K_DEADLINES, NOW + ttl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', K_DEADLINES, NOW + ttl, id) end`},
-			{File: "lanes/memory.go", Old: `		e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
-		out[i] = m.status(e, false)`, New: `		if e.held {
-			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
-		}
-		out[i] = m.status(e, false)`},
+			{File: "lanes/memory.go", Old: `			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
+			if !e.held {`, New: `			if e.held {
+				e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
+			}
+			if !e.held {`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},
