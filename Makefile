@@ -4,7 +4,7 @@ BIN := bin
 
 # The modules of go.work (the library, cmd/lanectl, integration, bench...),
 # each as DIR/...: a nested module's packages are not in its parent's ./...
-MODULES = $(shell $(GO) list -m -f '{{.Dir}}/...')
+MODULES = $(patsubst $(CURDIR)%,.%,$(shell $(GO) list -m -f '{{.Dir}}/...'))
 
 .PHONY: all build install image test demo demo-lock bench lint mutate clean
 

@@ -86,16 +86,6 @@ func startRunner(t *testing.T, mode string, group bool, argv ...string) *exec.Cm
 	return r
 }
 
-// script writes an sh script to dir and returns its path.
-func script(t *testing.T, dir, name, body string) string {
-	t.Helper()
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // pidIn returns the pid written to file, 0 until it holds a whole line.
 func pidIn(file string) int {
 	b, err := os.ReadFile(file)

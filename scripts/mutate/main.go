@@ -170,10 +170,9 @@ func try(dir string, goTest []string, m Mutation, verbose bool) (verdict, detail
 	}()
 	for _, e := range m.Edits {
 		p := filepath.Join(dir, e.File)
-		b, ok := saved[e.File]
-		if !ok {
-			var err error
-			if b, err = os.ReadFile(p); err != nil {
+		if _, ok := saved[e.File]; !ok {
+			b, err := os.ReadFile(p)
+			if err != nil {
 				return broken, fmt.Sprintf("%s: %v", e.File, err)
 			}
 			saved[e.File] = b
