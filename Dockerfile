@@ -7,18 +7,16 @@
 # VERSION is what `lanectl --version` prints (without it, "devel").
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
-# The modules' files first, so that the download layer is reused while only
-# sources change. go.work joins the library and cmd/lanectl (and the test
-# modules, whose go.mod files it needs to load).
-COPY go.work go.work.sum go.mod go.sum ./
+# lanectl's module alone, as a user's build sees it: its go.mod replaces the
+# library with this checkout's root, and GOWORK=off leaves go.work and the
+# test modules (integration, bench) out. The go.mod files first, so that
+# the download layer is reused while only sources change.
+COPY go.mod go.sum ./
 COPY cmd/lanectl/go.mod cmd/lanectl/go.sum cmd/lanectl/
-COPY integration/go.mod integration/go.sum integration/
-COPY bench/go.mod bench/go.sum bench/
-COPY sched/batch/internal/replyoracle/go.mod sched/batch/internal/replyoracle/go.sum sched/batch/internal/replyoracle/
-RUN go mod download
+RUN cd cmd/lanectl && GOWORK=off go mod download
 COPY . .
 ARG VERSION=
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=${VERSION}" -o /out/lanectl ./cmd/lanectl
+RUN CGO_ENABLED=0 GOWORK=off go build -C cmd/lanectl -trimpath -ldflags "-X main.version=${VERSION}" -o /out/lanectl .
 
 FROM debian:bookworm-slim
 # CA certificates, so that rediss:// to a managed Redis verifies its server.

@@ -113,8 +113,8 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(dockerfile), "./cmd/lanectl") || !strings.Contains(string(dockerfile), `ENTRYPOINT ["lanectl"]`) {
-		t.Errorf("Dockerfile does not build ./cmd/lanectl into an image whose entrypoint is lanectl:\n%s", dockerfile)
+	if !strings.Contains(string(dockerfile), "go build -C cmd/lanectl") || !strings.Contains(string(dockerfile), `ENTRYPOINT ["lanectl"]`) {
+		t.Errorf("Dockerfile does not build cmd/lanectl into an image whose entrypoint is lanectl:\n%s", dockerfile)
 	}
 
 	// Every named volume a service mounts is declared, and shared is.
