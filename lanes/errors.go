@@ -112,6 +112,25 @@ func (e *IDConflictError) Error() string {
 // Is reports whether target is ErrIDConflict.
 func (e *IDConflictError) Is(target error) bool { return target == ErrIDConflict }
 
+// EntryError reports what happened to one entry when a sentinel with no
+// type of its own says it (ErrLeaseLost, ErrNotHolder, ErrUnavailable):
+// Err is that sentinel and Reason the rest, in words that name the entry.
+// Its text is Err's, ": ", then Reason; errors.Is(err, Err) reports true.
+type EntryError struct {
+	Err    error  // the sentinel
+	Reason string // "entry ID was released by force ...", "entry ID: its local deadline passed ..."
+}
+
+func (e *EntryError) Error() string { return e.Err.Error() + ": " + e.Reason }
+
+// Unwrap returns the sentinel.
+func (e *EntryError) Unwrap() error { return e.Err }
+
+// entryError returns an *EntryError of sentinel, its Reason formatted.
+func entryError(sentinel error, format string, args ...any) error {
+	return &EntryError{Err: sentinel, Reason: fmt.Sprintf(format, args...)}
+}
+
 // LockCycleError reports a request that would close a wait-for cycle
 // through nested calls (DESIGN.md invariant 11): it was not enqueued.
 // errors.Is(err, ErrLockCycle) reports true for it.

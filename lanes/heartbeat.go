@@ -57,9 +57,9 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 			why = resetWords
 		}
 		if e.lease != nil {
-			s.lose(e, fmt.Errorf("%w: entry %s is no longer held by the backend (%s)", ErrLeaseLost, e.id, why))
+			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (%s)", e.id, why))
 		} else {
-			s.fail(e, fmt.Errorf("%w: entry %s was evicted from its queues (%s, or taken over by another owner)", ErrLeaseLost, e.id, why))
+			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (%s, or taken over by another owner)", e.id, why))
 		}
 	}
 }
@@ -123,11 +123,11 @@ func (s *Session) expire(e *entry) {
 	}
 	switch {
 	case e.lease != nil:
-		s.lose(e, fmt.Errorf("%w: entry %s: %s", ErrLeaseLost, e.id, why))
+		s.lose(e, entryError(ErrLeaseLost, "entry %s: %s", e.id, why))
 	case unreachable:
-		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrUnavailable, e.id, why))
+		s.fail(e, entryError(ErrUnavailable, "entry %s lost its place: %s", e.id, why))
 	default:
-		s.fail(e, fmt.Errorf("%w: entry %s lost its place: %s", ErrLeaseLost, e.id, why))
+		s.fail(e, entryError(ErrLeaseLost, "entry %s lost its place: %s", e.id, why))
 	}
 }
 

@@ -225,7 +225,7 @@ func (l *Lease) Err() error {
 	if l.s != nil && l.e.timer != nil {
 		l.s.mu.Lock()
 		if !l.e.finished && !time.Now().Before(l.e.deadline) {
-			l.s.lose(l.e, fmt.Errorf("%w: entry %s: its local deadline passed before a renewal", ErrLeaseLost, l.e.id))
+			l.s.lose(l.e, entryError(ErrLeaseLost, "entry %s: its local deadline passed before a renewal", l.e.id))
 		}
 		l.s.mu.Unlock()
 	}
@@ -293,13 +293,13 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	case err != nil:
 		return err
 	case r.forced:
-		return fmt.Errorf("%w: entry %s was released by force before its holder released it", ErrNotHolder, e.id)
+		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", e.id)
 	case r.was == Gone && !time.Now().Before(deadline):
-		return fmt.Errorf("%w: entry %s: its local deadline passed before the release", ErrLeaseLost, e.id)
+		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", e.id)
 	case r.was == Gone && epoch != "" && r.epoch != epoch:
 		// Not the work of an earlier try of this release: the state the
 		// lease was granted in is gone (DESIGN.md invariant 6).
-		return fmt.Errorf("%w: entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", ErrLeaseLost, e.id, epoch, r.epoch)
+		return entryError(ErrLeaseLost, "entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", e.id, epoch, r.epoch)
 	}
 	return nil
 }

@@ -698,7 +698,7 @@ func (st *step) grant(e *memEntry, notify bool) {
 // heldElsewhere is the error of an Enqueue that names an id another owner
 // holds.
 func heldElsewhere(id string, o Owner) error {
-	return fmt.Errorf("%w: entry %s is held by another owner (%s pid %d); entry ids must be unique per call", ErrNotHolder, id, o.Host, o.PID)
+	return entryError(ErrNotHolder, "entry %s is held by another owner (%s pid %d); entry ids must be unique per call", id, o.Host, o.PID)
 }
 
 func (m *Memory) status(e *memEntry, positions bool) Status {

@@ -80,7 +80,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			st.State = lanes.Gone
 		case "e":
 			msg, _ := detail[0].(string)
-			st.State, st.Err = lanes.Gone, fmt.Errorf("%w: %s", lanes.ErrNotHolder, msg)
+			st.State, st.Err = lanes.Gone, &lanes.EntryError{Err: lanes.ErrNotHolder, Reason: msg}
 		case "x":
 			st.State, st.Err = lanes.Gone, &lanes.IDConflictError{ID: id}
 		case "t":

@@ -355,7 +355,7 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 // inFlight is the outcome of a body cut off by the end of its batch (rule 8).
 func (r *run) inFlight(t Tool, cause error) (Status, Code, error) {
 	if t.Idempotent {
-		return SafeToRetry, CodeSafeToRetry, fmt.Errorf("cancelled in flight (%v): safe to call again", cause)
+		return SafeToRetry, CodeSafeToRetry, fmt.Errorf("cancelled in flight (%v)", cause)
 	}
-	return Indeterminate, CodeIndeterminate, fmt.Errorf("cancelled in flight (%v): indeterminate: the side effect may have landed", cause)
+	return Indeterminate, CodeIndeterminate, fmt.Errorf("cancelled in flight (%v)", cause)
 }

@@ -140,10 +140,10 @@ func (r *run) fromRecord(i int, field string) *Outcome {
 		}
 		if t.Idempotent {
 			o.Status, o.Code = SafeToRetry, CodeSafeToRetry
-			o.Err = fmt.Errorf("%s: not run again; safe to call again", why)
+			o.Err = fmt.Errorf("%s: not run again", why)
 		} else {
 			o.Status, o.Code = Indeterminate, CodeIndeterminate
-			o.Err = fmt.Errorf("%s: not run again; indeterminate: the side effect may have landed", why)
+			o.Err = fmt.Errorf("%s: not run again", why)
 		}
 	}
 	return o

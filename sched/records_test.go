@@ -135,6 +135,67 @@ func TestRestartedRunNeverRunsASettledCallTwice(t *testing.T) {
 	}
 }
 
+// A process killed while a call ran leaves only that call's record of its
+// start, never its outcome (TestRestartedRunNeverRunsASettledCallTwice's
+// first process lives to record one). The run started again with the same
+// id reports that call indeterminate (a non-idempotent tool) or safe to
+// retry (an idempotent one), without running it, and runs the call that
+// has no record. The start record is a real one, read by the call's body
+// from the records of an earlier run of the same calls. In memory, on
+// miniredis and on real Redis.
+func TestRestartedRunReportsACallLeftInFlight(t *testing.T) {
+	for _, idempotent := range []bool{false, true} {
+		name := map[bool]string{false: "indeterminate", true: "safe_to_retry"}[idempotent]
+		t.Run(name, func(t *testing.T) {
+			eachBackend(t, func(t *testing.T, e *env) {
+				log := newExecLog()
+				var started []byte // c1's record while its body runs
+				body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+					log.ran(inv.RunID + "/" + inv.CallID)
+					if inv.RunID == "model-run" && inv.CallID == "c1" {
+						recs, err := e.session.Records(ctx, inv.RunID)
+						if err != nil {
+							return "", err
+						}
+						started = recs["c1"]
+					}
+					return "did " + inv.CallID, nil
+				}
+				s := e.scheduler(sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+					"step": {Concurrency: sched.Concurrency{Key: "steps"}, Idempotent: idempotent, Run: body},
+				}})
+				cs := calls("c1:step", "c2:step")
+				wantStatus(t, e.run(s, cs, sched.Options{RunID: "model-run"}), map[string]sched.Status{"c1": sched.OK, "c2": sched.OK})
+				if len(started) == 0 {
+					t.Fatal("c1's body found no record of its start")
+				}
+				// What the killed process of run "killed-run" left behind.
+				if err := e.session.Record(context.Background(), "killed-run", "c1", started, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+
+				res := e.run(s, cs, sched.Options{RunID: "killed-run"})
+				want, wantCode := sched.Indeterminate, sched.CodeIndeterminate
+				if idempotent {
+					want, wantCode = sched.SafeToRetry, sched.CodeSafeToRetry
+				}
+				wantStatus(t, res, map[string]sched.Status{"c1": want, "c2": sched.OK})
+				if o := res.Outcomes[0]; o.Code != wantCode || !o.Stored {
+					t.Errorf("c1: code %q (%v), stored %v; want %q, stored", o.Code, o.Err, o.Stored, wantCode)
+				}
+				if o := res.Outcomes[1]; o.Stored || o.Output != "did c2" {
+					t.Errorf("c2: stored %v, output %q; want run, not stored", o.Stored, o.Output)
+				}
+				for id, n := range map[string]int{"killed-run/c1": 0, "killed-run/c2": 1} {
+					if got := log.times(id); got != n {
+						t.Errorf("%s executed %d times; want %d", id, got, n)
+					}
+				}
+			})
+		})
+	}
+}
+
 // A run started again with the same id after it ended returns every
 // outcome from its records, fanned-out operations included, and runs
 // nothing; a call whose id the records hold for other arguments is refused
@@ -318,6 +379,76 @@ func TestStoredOutcomeWithoutItsLargeOutput(t *testing.T) {
 		if o.Status != sched.OK || !o.Stored || o.Code != sched.CodeOutputNotStored || o.Output != "" || log.times("c") != 1 {
 			t.Fatalf("again: %s stored=%v code=%q output %d bytes, ran %d times; want ok, stored, %s, no output, ran once",
 				o.Status, o.Stored, o.Code, len(o.Output), log.times("c"), sched.CodeOutputNotStored)
+		}
+	})
+}
+
+// An entry id names one request (DESIGN.md invariant 8), and a call's entry
+// id is its run id and call id: two runs started at once with the same run
+// id, whose call c1 names other lock keys in each (the model wrote other
+// arguments), do not share c1's entry. The second run's c1 alone fails,
+// with an error outcome naming the call, and runs nothing; its other
+// calls, enqueued in the same step, run; the first run's c1, waiting
+// meanwhile, keeps its place and runs once its key is free. Each run has
+// its own Session (two replicas). In memory, on miniredis and on real Redis.
+func TestSameRunIDOtherLockKeysFailsOnlyThatCall(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		log := newExecLog()
+		cfg := sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+			"edit": {
+				LockKeys: func(_ context.Context, args json.RawMessage) ([]string, error) {
+					var a struct{ Path string }
+					if err := json.Unmarshal(args, &a); err != nil {
+						return nil, err
+					}
+					return []string{a.Path}, nil
+				},
+				Run: func(_ context.Context, inv sched.Invocation) (string, error) {
+					log.ran(inv.CallID + " " + string(inv.Args))
+					return "edited", nil
+				},
+			},
+		}}
+		blocker, err := e.session.Acquire(testCtx(t), lanes.Request{ID: "blocker", Lanes: []lanes.Lane{{Key: sched.LockPrefix + "a", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer blocker.Release(context.Background())
+
+		first := newScheduler(t, cfg, e.newSession(t))
+		firstDone := runAsync(t, context.Background(), first, calls(`c1:edit:{"path":"a"}`), sched.Options{RunID: "bound-run"})
+		for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+			if _, waiters := e.inspect(sched.LockPrefix + "a"); len(waiters) == 1 && waiters[0] == "c1" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the first run's c1 never queued for lock:a")
+			}
+		}
+
+		second := newScheduler(t, cfg, e.newSession(t))
+		res := e.run(second, calls(`c1:edit:{"path":"b"}`, `c2:edit:{"path":"c"}`, `c3:edit:{"path":"d"}`), sched.Options{RunID: "bound-run"})
+		wantStatus(t, res, map[string]sched.Status{"c1": sched.Failed, "c2": sched.OK, "c3": sched.OK})
+		o := res.Outcomes[0]
+		if !errors.Is(o.Err, lanes.ErrIDConflict) || o.Code != sched.CodeLanes || !strings.Contains(errText(o.Err), "bound-run/c1") {
+			t.Errorf("second run's c1: %s %s %v; want an error outcome, code %s, naming bound-run/c1 and wrapping lanes.ErrIDConflict", o.Status, o.Code, o.Err, sched.CodeLanes)
+		}
+		if n := log.times(`c1 {"path":"b"}`); n != 0 {
+			t.Errorf("second run's c1 ran %d times; want never", n)
+		}
+		if _, waiters := e.inspect(sched.LockPrefix + "a"); len(waiters) != 1 || waiters[0] != "c1" {
+			t.Errorf("lock:a waiters after the refusal: %v; want the first run's c1, still queued", waiters)
+		}
+		if holders, waiters := e.inspect(sched.LockPrefix + "b"); len(holders)+len(waiters) != 0 {
+			t.Errorf("lock:b holders %v, waiters %v after the refusal; want none", holders, waiters)
+		}
+
+		if err := blocker.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, firstDone.wait(t), map[string]sched.Status{"c1": sched.OK})
+		if n := log.times(`c1 {"path":"a"}`); n != 1 {
+			t.Errorf("first run's c1 ran %d times; want once", n)
 		}
 	})
 }

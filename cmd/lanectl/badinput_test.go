@@ -167,3 +167,32 @@ func manyIDs(n int) []string {
 	}
 	return ids
 }
+
+// The run id, tenant and entry ids of the command line are checked by the
+// lanes validators of their field (lanes.ValidateEntryID, ValidateField):
+// each bad one is a usage error in one line that names it and the rule.
+// miniredis (nothing reaches it).
+func TestBadIDsAndTenantsNameTheRule(t *testing.T) {
+	s := newMiniredis(t)
+	tools := t.TempDir() + "/tools.toml"
+	writeFile(t, tools, "[tools.echo]\ncommand = [\"cat\"]\n", 0o644)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"batch", "--tools", tools, "--calls", "-", "--run-id", "a b"}, `bad --run-id "a b": it must be printable, without spaces, at most 128 bytes`},
+		{[]string{"batch", "--tools", tools, "--calls", "-", "--run-id", strings.Repeat("r", 129)}, "at most 128 bytes"},
+		{[]string{"batch", "--tools", tools, "--calls", "-", "--tenant", "a\tb"}, `bad --tenant "a\tb": it must be printable, at most 256 bytes`},
+		{[]string{"mcp", "serve", "--tools", tools, "--tenant", strings.Repeat("t", 257)}, "it must be printable, at most 256 bytes"},
+		{[]string{"release", "--force", "ok", "a b"}, `entry id "a b" must be printable ASCII without spaces`},
+		{[]string{"release", "--force", ""}, "empty entry id"},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := runInProcess(t, s.args(tt.args...)...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, tt.want) || strings.Contains(stderr, "lanes: invalid") {
+			t.Errorf("lanectl %q = %d, %q, %q; want %d and %q, without the sentinel's words", tt.args, code, stdout, stderr, exitUsage, tt.want)
+		}
+		assertOneLine(t, stderr)
+	}
+	s.assertEmpty(t)
+}

@@ -150,17 +150,11 @@ func (o *batchOptions) complete() error {
 	if err := o.completeReply(); err != nil {
 		return err
 	}
-	if o.runID != "" {
-		req := lanes.Request{ID: o.runID + "/call"}
-		if len(o.runID) > maxRunID || req.Validate() != nil {
-			return usageErrorf("bad --run-id %q: it must be printable, without spaces, at most %d bytes", o.runID, maxRunID)
-		}
+	if o.runID != "" && (len(o.runID) > maxRunID || lanes.ValidateEntryID(o.runID) != nil) {
+		return usageErrorf("bad --run-id %q: it must be printable, without spaces, at most %d bytes", o.runID, maxRunID)
 	}
-	if o.tenant != "" {
-		req := lanes.Request{ID: "x", Tenant: o.tenant, Lanes: []lanes.Lane{{Key: sched.TenantPrefix + o.tenant, Limit: 1}}}
-		if err := req.Validate(); err != nil {
-			return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
-		}
+	if o.tenant != "" && lanes.ValidateField("tenant", o.tenant) != nil { // then its lane key is valid too
+		return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
 	}
 	return nil
 }
@@ -267,12 +261,16 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	}
 	if res.Checkpoint != nil {
 		if o.checkpoint == "" {
-			fmt.Fprintln(cmd.ErrOrStderr(), "lanectl: warning: the batch paused, but without --checkpoint FILE its rest cannot be resumed")
+			how := "nothing can run its rest (no --run-id either)"
+			if o.runID != "" {
+				how = "the same batch again with --run-id " + o.runID + " runs its rest"
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "lanectl: warning: the batch paused without --checkpoint FILE: "+how)
 		} else if err := writeCheckpoint(o.checkpoint, res.Checkpoint); err != nil {
 			return err
 		}
 	}
-	view := newBatchView(calls, res)
+	view := newBatchView(calls, res, o.pausedText())
 	if o.reply {
 		err = o.printReply(cmd, wording, calls, res)
 	} else if o.global.json {
@@ -370,18 +368,31 @@ type batchOutcome struct {
 
 // newBatchView returns the outcomes of calls in call order, as printed. A
 // call left for a checkpoint is "interrupted".
-func newBatchView(calls []sched.Call, res *sched.Result) []batchOutcome {
+func newBatchView(calls []sched.Call, res *sched.Result, paused string) []batchOutcome {
 	view := make([]batchOutcome, len(calls))
-	for i, oc := range callOutcomes(calls, res) {
+	for i, oc := range callOutcomes(calls, res, paused) {
 		view[i] = outcomeView(oc)
 	}
 	return view
 }
 
+// pausedText is what an interrupted call's outcome says: how its run can go
+// on, given the flags of this batch.
+func (o *batchOptions) pausedText() string {
+	switch {
+	case o.checkpoint != "":
+		return "not run yet: the batch paused; lanectl batch --resume " + o.checkpoint + " runs it"
+	case o.runID != "":
+		return "not run yet: the batch paused without --checkpoint; the same batch again with --run-id " + o.runID + " runs it (and no settled call again)"
+	}
+	return "not run: the batch paused without --checkpoint or --run-id, so nothing can resume it"
+}
+
 // callOutcomes returns one outcome per call in call order, each with its
 // call id, tool and a status: a call left for a checkpoint is
-// "interrupted", one without an outcome "never_dispatched".
-func callOutcomes(calls []sched.Call, res *sched.Result) []sched.Outcome {
+// "interrupted" with the error paused, one without an outcome
+// "never_dispatched".
+func callOutcomes(calls []sched.Call, res *sched.Result, paused string) []sched.Outcome {
 	out := make([]sched.Outcome, len(calls))
 	for i, c := range calls {
 		var oc sched.Outcome
@@ -392,7 +403,7 @@ func callOutcomes(calls []sched.Call, res *sched.Result) []sched.Outcome {
 		switch {
 		case oc.Status == "" && res.Checkpoint != nil:
 			oc.Status, oc.Code = sched.Interrupted, sched.CodeInterrupted
-			oc.Err = errors.New("not run yet: the batch paused; --resume its checkpoint to run it")
+			oc.Err = errors.New(paused)
 		case oc.Status == "":
 			oc.Status, oc.Code = sched.NeverDispatched, sched.CodeNeverStarted
 		}

@@ -168,6 +168,46 @@ read_only_hint = true
 	})
 }
 
+// SIGUSR1 without --checkpoint: the paused calls' outcomes say how the run
+// goes on (the same batch again with its --run-id), and it does: the
+// settled call is not run again, the paused one runs. Real Redis.
+func TestBatchPauseWithoutCheckpointRealRedis(t *testing.T) {
+	s := newRealRedis(t)
+	dir := t.TempDir()
+	log, gate := filepath.Join(dir, "exec.log"), filepath.Join(dir, "gate")
+	d := newBatchDir(t, fmt.Sprintf(`
+[runner]
+max_concurrent_tools = 1
+
+[tools.read]
+command = ["sh", "-c", %q, "sh", %q, %q, "c1"]
+read_only_hint = true
+`, gateScript, log, gate))
+	file := d.calls(t, "openai-chat", toolCall{"c1", "read", `{}`}, toolCall{"c2", "read", `{}`})
+	flags := s.args("batch", "--json", "--run-id", "paused-run", "--tools", d.tools, "--calls", file)
+	p := startBin(t, flags...)
+	eventually(t, "c1 runs", func() bool { return countLines(t, log, "start c1") == 1 })
+	p.signal(t, syscall.SIGUSR1)
+	writeFile(t, gate, "", 0o644)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("paused batch = %d, stderr %q; want 0", code, p.stderr)
+	}
+	checkOutcomes(t, decodeBatch(t, p.stdout.String()), []want{{"c1", "read", "ok", ""}, {"c2", "read", "interrupted", "with --run-id paused-run runs it"}})
+	if !strings.Contains(p.stderr.String(), "--run-id paused-run runs its rest") {
+		t.Errorf("stderr %q; want the warning to say how to run the rest", p.stderr)
+	}
+	code, out, stderr := runBin(t, flags...)
+	if code != 0 {
+		t.Fatalf("the same batch again = %d, stderr %q; want 0", code, stderr)
+	}
+	checkOutcomes(t, decodeBatch(t, out), []want{{"c1", "read", "ok", ""}, {"c2", "read", "ok", ""}})
+	for _, id := range []string{"c1", "c2"} {
+		if n := countLines(t, log, "start "+id); n != 1 {
+			t.Errorf("%s executed %d times; want once (log %q)", id, n, logLines(t, log))
+		}
+	}
+}
+
 // Issue 11, part 4: --deadline ends the whole run: the running call is
 // cancelled (indeterminate: slow is not idempotent), the next one never
 // dispatched, each with its code, and batch exits 0 with the outcomes.

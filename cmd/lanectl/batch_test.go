@@ -558,7 +558,7 @@ func TestBatchSignalCancels(t *testing.T) {
 			t.Errorf("stderr = %q; want interrupted by SIGINT", stderr)
 		}
 		checkOutcomes(t, decodeBatch(t, p.stdout.String()), []want{
-			{"call_1", "slow", "indeterminate", "the side effect may have landed"},
+			{"call_1", "slow", "indeterminate", "cancelled in flight"},
 			{"call_2", "echo", "never_dispatched", "never dispatched"},
 		})
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/internal/redisproc"
+	"github.com/lanes-dev/lanes/internal/ui"
 	"github.com/lanes-dev/lanes/redislane"
 )
 
@@ -41,8 +42,8 @@ func newUniversalServer(t *testing.T, name, url string, c redis.UniversalClient,
 
 // everyCommand runs every lanectl command that talks to Redis against s,
 // with the global flags args (a URL and the namespace), and checks each
-// one's result: lock, status, keys, watch, release --force, doctor, gc and
-// batch. It leaves s's namespace empty.
+// one's result: lock, status, keys, ui, watch, release --force, doctor, gc,
+// batch and mcp serve. It leaves s's namespace empty.
 func everyCommand(t *testing.T, s *server, args []string) {
 	t.Helper()
 	run := func(a ...string) (int, string, string) {
@@ -61,6 +62,7 @@ func everyCommand(t *testing.T, s *server, args []string) {
 	if code, out, stderr := run("keys"); code != 0 || !strings.Contains(out, "k1") || !strings.Contains(out, "k3") {
 		t.Fatalf("keys = %d, %q, %q; want k1 to k3", code, out, stderr)
 	}
+	uiShows(t, s, args, "k1", "k2", "k3")
 	// watch prints a view on each change: k1 held by h1, then by w1 after
 	// release --force h1.
 	w := startInProcess(t, append(slices.Clone(args), "watch", "--json", "--interval", "50ms")...)
@@ -95,10 +97,64 @@ func everyCommand(t *testing.T, s *server, args []string) {
 		t.Fatalf("batch = %d, %q, %q; want 0 and nothing on stderr", code, out, stderr)
 	}
 	checkOutcomes(t, decodeBatch(t, out), []want{{"call_1", "echo", "ok", ""}, {"call_2", "rfd_renumber", "ok", ""}})
+	mcpServeCalls(t, args, d)
 	if code, out, stderr := run("release", "--force", "--yes", "h2", "w1", "w2", "w3"); code != 0 {
 		t.Fatalf("release --force of the rest = %d, %q, %q; want 0", code, out, stderr)
 	}
 	s.assertEmpty(t)
+}
+
+// uiShows runs `lanectl ui` in this process with the global flags args,
+// and waits until its GET /api/state shows s's namespace, looked at
+// without error, with exactly keys.
+func uiShows(t *testing.T, s *server, args []string, keys ...string) {
+	t.Helper()
+	u := startInProcess(t, append(slices.Clone(args), "ui", "--addr", "127.0.0.1:0", "--interval", "20ms")...)
+	var base string
+	eventually(t, "ui prints its URL", func() bool {
+		select {
+		case code := <-u.done:
+			u.done <- code // for the cleanup
+			t.Fatalf("ui exited %d: %s", code, u.stderr)
+		default:
+		}
+		line, ok := strings.CutSuffix(u.stdout.String(), "\n")
+		base = line
+		return ok
+	})
+	var f ui.Frame
+	eventually(t, "ui's /api/state shows "+strings.Join(keys, ", "), func() bool {
+		f = ui.Frame{}
+		if code := uiCall(t, "GET", base, "/api/state", "", nil, &f); code != 200 || len(f.Namespaces) != 1 || !f.Namespaces[0].OK {
+			return false
+		}
+		var got []string
+		for _, k := range f.Namespaces[0].Keys {
+			got = append(got, k.Key)
+		}
+		slices.Sort(got)
+		return f.Namespaces[0].Namespace == s.ns && slices.Equal(got, keys)
+	})
+	if code := u.stop(t); code != 0 {
+		t.Fatalf("ui = %d, %q; want 0", code, u.stderr)
+	}
+}
+
+// mcpServeCalls starts `lanectl mcp serve` with the global flags args and
+// the tools of d, and makes one tools/call of rfd_renumber through it: the
+// tool answers with its arguments and logs a fencing token of its
+// concurrency key.
+func mcpServeCalls(t *testing.T, args []string, d *batchDir) {
+	t.Helper()
+	var stderr syncBuffer
+	cs := proxyClient(t, &stderr, append(slices.Clone(args), "--tools", d.tools)...)
+	if out := startCall(cs, "rfd_renumber", map[string]any{"via": "mcp"}).result(t); out != `{"via":"mcp"}` {
+		t.Errorf("mcp serve tools/call rfd_renumber = %q; want its arguments back", out)
+	}
+	lines := logLines(t, d.log)
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^[0-9]+ concurrency:rfd=[1-9][0-9]*$`).MatchString(last) {
+		t.Errorf("rfd log after the tools/call = %q; want the MCP request id and a token of concurrency:rfd", lines)
+	}
 }
 
 // TestLanectlOnRedisCluster: a real Redis Cluster of three masters. Every

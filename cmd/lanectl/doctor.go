@@ -38,7 +38,7 @@ func (o *doctorOptions) backend(ctx context.Context) (doctor, func(), error) {
 
 func newDoctorCommand(o *doctorOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "doctor [--repair] [--json]",
+		Use:   "doctor [NAMESPACE] [--repair] [--json]",
 		Short: "Check a namespace's Redis keys against each other, and repair them",
 		Long: `doctor reads the namespace's state one bounded page at a time and reports each
 inconsistency in one line: a state key missing while the others exist, keys
@@ -54,9 +54,14 @@ entries reaped, protocol 1's keys deleted once no
 entry of theirs is alive. A namespace missing some of its keys, or whose
 entries disagree with their index, is reset: every lease and waiter of the
 namespace ends (their processes are told), and nothing is granted until the
-latest lease that could still be held has run out.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return o.runDoctor(cmd) },
+latest lease that could still be held has run out.
+
+NAMESPACE, when given, names the namespace to check (as --namespace does).`,
+		Args: namespaceArg(o.global),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			useNamespaceArg(o.global, args)
+			return o.runDoctor(cmd)
+		},
 	}
 	cmd.Flags().BoolVar(&o.repair, "repair", false, "fix what doctor finds (may reset the namespace: see above)")
 	return cmd
@@ -64,14 +69,43 @@ latest lease that could still be held has run out.`,
 
 func newGCCommand(o *doctorOptions) *cobra.Command {
 	return &cobra.Command{
-		Use:   "gc [--json]",
+		Use:   "gc [NAMESPACE] [--json]",
 		Short: "Remove every expired entry of the namespace now",
 		Long: `gc removes every entry whose lease or wait expired (its process died or
 stalled), in bounded steps, and grants what that frees. Every lanes step
 removes some expired entries anyway; gc clears a backlog at once, for
-instance after many processes died.`,
-		Args: noArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return o.runGC(cmd) },
+instance after many processes died. NAMESPACE, when given, names the
+namespace (as --namespace does).`,
+		Args: namespaceArg(o.global),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			useNamespaceArg(o.global, args)
+			return o.runGC(cmd)
+		},
+	}
+}
+
+// namespaceArg accepts at most one argument, a namespace that takes the
+// place of --namespace; naming two different ones is a usage error.
+func namespaceArg(g *globalOptions) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return usageErrorf("%s takes at most one NAMESPACE, got %d arguments", cmd.CommandPath(), len(args))
+		}
+		if len(args) == 0 {
+			return nil
+		}
+		if cmd.Flags().Changed("namespace") && g.namespace != args[0] {
+			return usageErrorf("namespace %q given twice: --namespace %s and the argument %s", args[0], g.namespace, args[0])
+		}
+		return nil
+	}
+}
+
+// useNamespaceArg makes the NAMESPACE argument, if any, the namespace the
+// command opens (after the global flags' defaults were settled).
+func useNamespaceArg(g *globalOptions, args []string) {
+	if len(args) == 1 {
+		g.namespace = args[0]
 	}
 }
 

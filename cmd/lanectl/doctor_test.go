@@ -67,3 +67,24 @@ func TestLockRefusesEvictingRedis(t *testing.T) {
 		t.Fatalf("lock --allow-eviction = %d, %q; want 0", code, stderr)
 	}
 }
+
+// Miniredis: doctor and gc take the namespace as an argument too, and
+// refuse two different ones or more than one argument.
+func TestDoctorNamespaceArgument(t *testing.T) {
+	s := newMiniredis(t)
+	s.hold(t, "k")
+	for _, cmd := range []string{"doctor", "gc"} {
+		code, out, stderr := runInProcess(t, "--redis", s.url, cmd, s.ns)
+		if code != 0 || !strings.Contains(out, "namespace "+s.ns) {
+			t.Errorf("%s %s = %d: %s%s; want it to read namespace %s", cmd, s.ns, code, out, stderr, s.ns)
+		}
+		code, _, stderr = runInProcess(t, "--redis", s.url, "--namespace", "other", cmd, s.ns)
+		if code != exitUsage || !strings.Contains(stderr, "given twice") {
+			t.Errorf("%s with --namespace other and %s = %d, %q; want %d", cmd, s.ns, code, stderr, exitUsage)
+		}
+		assertOneLine(t, stderr)
+		if code, _, stderr = runInProcess(t, "--redis", s.url, cmd, s.ns, "x"); code != exitUsage {
+			t.Errorf("%s with two arguments = %d, %q; want %d", cmd, code, stderr, exitUsage)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // familyScript is a command whose writing is done by processes it started:
@@ -138,6 +140,63 @@ concurrency = { key = "w" }
 			t.Fatalf("second batch = %d: %s", code, second.stderr)
 		}
 		checkOutcomes(t, decodeBatch(t, second.stdout.String()), []want{{"c2", "mark", "ok", ""}})
+		checkFirstThenSecond(t, logLines(t, log), "first", "second")
+		s.assertEmpty(t)
+	})
+}
+
+// TestMCPServeKilledTakesTheToolsChildren is the same case for a command
+// tool of `lanectl mcp serve`, under the limit-1 lock key doc:w that its
+// lock_keys name: SIGKILL to the proxy, while the tool runs for a tools/call
+// of its MCP client, takes the tool and what it started at once; a lanectl
+// lock waiting for that key writes after every one of them. On miniredis
+// and real Redis.
+func TestMCPServeKilledTakesTheToolsChildren(t *testing.T) {
+	requireSetsid(t)
+	forEachServer(t, func(t *testing.T, s *server) {
+		dir := t.TempDir()
+		log, pids := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
+		tools := filepath.Join(dir, "tools.toml")
+		writeFile(t, tools, fmt.Sprintf(`
+[tools.writer]
+command = ["sh", "-c", %q, "sh", "first", %q, %q]
+lock_keys = ["doc:{id}"]
+`, familyScript, log, pids), 0o600)
+
+		var stderr syncBuffer
+		proxy := exec.Command(lanectlBin, s.args("mcp", "serve", "--ttl", "2s", "--tools", tools)...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "LANES_") {
+				proxy.Env = append(proxy.Env, kv)
+			}
+		}
+		proxy.Stderr = &stderr
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: proxy}, nil)
+		if err != nil {
+			t.Fatalf("connecting to lanectl mcp serve: %v; its stderr: %s", err, &stderr)
+		}
+		t.Cleanup(func() {
+			_ = proxy.Process.Kill() // killed already, unless the test stopped early
+			_ = cs.Close()           // reaps it; its error says only that it was killed
+		})
+		call := startCall(cs, "writer", map[string]any{"id": "w"})
+		family := familyWriting(t, log, pids)
+		second := startBin(t, s.args("lock", "--ttl", "10s", "lock:doc:w", "--", "sh", "-c", `echo second >> "$0"`, log)...)
+		eventually(t, "the lock waits for lock:doc:w", func() bool { h, w := s.queue(t, "lock:doc:w"); return h == 1 && w == 1 })
+
+		if err := proxy.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-call.done
+		if call.err == nil {
+			t.Errorf("tools/call = %+v after its server was killed; want an error", call.res)
+		}
+		goneSoon(t, family)
+		if code := second.wait(t); code != 0 {
+			t.Fatalf("lock after the killed proxy = %d: %s", code, second.stderr)
+		}
 		checkFirstThenSecond(t, logLines(t, log), "first", "second")
 		s.assertEmpty(t)
 	})

@@ -51,7 +51,8 @@ type lockOptions struct {
 	// conflictCode is the exit status when --try meets taken keys or
 	// --wait runs out (--conflict-exit-code).
 	conflictCode int
-	quiet        bool // --quiet: no status line while waiting
+	quiet        bool   // --quiet: no status line while waiting, no line when not granted
+	waitedFor    string // after --wait ran out: who held the keys, for the message
 
 	keys []string
 	argv []string
@@ -75,7 +76,9 @@ each key, its place in the queue, who holds the key, for how long and how
 much of their lease is left; it is cleared once the keys are granted
 (--quiet: no line). --wait D gives up after D, --try at once when the keys
 cannot all be granted now (as flock -n); either leaves no place in the
-queue and exits 75, or N with --conflict-exit-code N (as flock -E).
+queue, says who holds the keys, and exits 75, or N with
+--conflict-exit-code N (as flock -E); with --quiet it says nothing, so
+--try --quiet --conflict-exit-code 0 is a silent success for cron.
 
 The lease is renewed every TTL/3. Its local deadline lies a tenth of the
 TTL (the margin) before Redis could grant the keys to anyone else: once
@@ -97,7 +100,8 @@ once (exit 80).
 Unless its standard input is a terminal, CMD runs in a process group of its
 own, and every signal lock sends reaches the whole group, so the commands CMD
 starts stop with it; when CMD exits, what it left running in its group gets
-SIGKILL before the keys are released. On Linux, so does what CMD started out
+SIGTERM, a second to exit (a nested lock releases its keys then), then SIGKILL,
+before the keys are released. On Linux, so does what CMD started out
 of its group (setsid), and if lock itself dies, even by SIGKILL, CMD and
 every process it started die with it: a supervisor (lanectl run again,
 "lanes-supervisor") stands between lock and CMD. With a terminal on standard
@@ -120,7 +124,7 @@ with CMD's status.`,
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
 	f.BoolVar(&o.try, "try", false, "give up (exit 75) at once if the keys cannot all be granted now, leaving the queue (as flock -n)")
 	f.IntVar(&o.conflictCode, "conflict-exit-code", exitWaitTimeout, "exit status when --try finds the keys taken or --wait runs out, 0 to 255 (as flock -E)")
-	f.BoolVarP(&o.quiet, "quiet", "q", false, "no status line on a terminal while waiting")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no status line on a terminal while waiting, and no message when --wait or --try gives up (the exit status says it)")
 	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
 	f.StringArrayVar(&o.files, "file", nil, "hold the lock key batch's file: lock keys give this file (lock:file: and the path the kernel opens); repeatable")
 	return cmd
@@ -280,24 +284,37 @@ func (o *lockOptions) acquire(ctx, wctx context.Context, stderr io.Writer, b lan
 		l.start(ctx)
 		defer l.stop() // cleared before anything else is written
 	}
-	return t.Wait(wctx)
+	l, err := t.Wait(wctx)
+	if errors.Is(err, lanes.ErrWaitTimeout) {
+		o.waitedFor = o.taken(ctx, b, t.ID())
+	}
+	return l, err
+}
+
+// taken says who holds the keys and who waits ahead of entry id, after a
+// ": ", or "" when the backend does not answer in time.
+func (o *lockOptions) taken(ctx context.Context, b lanes.Backend, id string) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	defer cancel()
+	snap, err := b.Inspect(ictx, o.keys)
+	if err != nil {
+		return ""
+	}
+	return ": " + takenText(snap, id, o.keys)
 }
 
 // giveUp ends a --try whose request was not granted at once: it says who
 // holds the keys, and leaves every queue.
 func (o *lockOptions) giveUp(ctx context.Context, b lanes.Backend, t *lanes.Ticket) error {
-	ictx, cancel := context.WithTimeout(ctx, connectTimeout)
-	snap, err := b.Inspect(ictx, o.keys)
-	cancel()
-	why := ""
-	if err == nil {
-		why = ": " + takenText(snap, t.ID(), o.keys)
-	}
+	why := o.taken(ctx, b, t.ID())
 	// On failure the Session's Close releases it, or it expires within
 	// the TTL.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), maxReleaseWait)
 	_ = t.Cancel(rctx)
 	cancel()
+	if o.quiet {
+		return &exitError{code: o.conflictCode, kind: "conflict"} // the status says it
+	}
 	return &exitError{code: o.conflictCode, kind: "conflict", err: fmt.Errorf("%s not granted at once (--try)%s", o.keyList(), why)}
 }
 
@@ -307,7 +324,10 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		return o.interrupted(sig)
 	}
 	if errors.Is(err, lanes.ErrWaitTimeout) {
-		return &exitError{code: o.conflictCode, kind: "wait_timeout", err: fmt.Errorf("waited %v for %s: not granted", o.wait, o.keyList())}
+		if o.quiet {
+			return &exitError{code: o.conflictCode, kind: "wait_timeout"} // the status says it
+		}
+		return &exitError{code: o.conflictCode, kind: "wait_timeout", err: fmt.Errorf("waited %v for %s: not granted%s", o.wait, o.keyList(), o.waitedFor)}
 	}
 	if errors.Is(err, lanes.ErrLeaseLost) {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
@@ -319,7 +339,7 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		return usageErrorf("%s", describe(err))
 	}
 	if errors.Is(err, lanes.ErrNotHolder) {
-		return usageErrorf("--id %s: %s", o.id, strings.TrimPrefix(err.Error(), lanes.ErrNotHolder.Error()+": "))
+		return usageErrorf("--id %s: %s", o.id, reason(err))
 	}
 	return o.global.unavailable(err)
 }
@@ -407,9 +427,13 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 	return &exitError{code: status}
 }
 
-// reason is err's message without the sentinel's own prefix.
+// reason is what err says happened to the entry (lanes.EntryError's
+// Reason: the words after the sentinel's), else its message.
 func reason(err error) string {
-	return strings.TrimPrefix(err.Error(), lanes.ErrLeaseLost.Error()+": ")
+	if ee := (*lanes.EntryError)(nil); errors.As(err, &ee) {
+		return ee.Reason
+	}
+	return err.Error()
 }
 
 // childStatus returns the exit status lanectl passes on for the command,

@@ -71,7 +71,7 @@ func TestLockIDInUse(t *testing.T) {
 	p := startBin(t, s.args("lock", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
 	eventually(t, "the first holds", func() bool { return fileExists(ready) })
 	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
-	if code != exitUsage || !strings.Contains(stderr, "held by another owner") {
+	if code != exitUsage || !strings.Contains(stderr, "--id same: entry same is held by another owner") || strings.Contains(stderr, "lanes: ") {
 		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner", code, stderr, exitUsage)
 	}
 	assertOneLine(t, stderr)
@@ -108,5 +108,102 @@ func TestWrongPasswordIsPermission(t *testing.T) {
 	assertOneLine(t, stderr)
 	if strings.Contains(stderr, "wrong-secret") || !strings.Contains(stderr, "refused") {
 		t.Fatalf("stderr = %q; want a refusal without the password", stderr)
+	}
+}
+
+// Real Redis: SIGTERM to a `lanectl lock` whose command is a shell running a
+// nested `lanectl lock` stops the shell at once; the nested lanectl, left
+// running in the shell's group, gets SIGTERM and time to release its own
+// lease before the outer one releases and exits: no key is left held for
+// its TTL.
+func TestLockNestedTermReleasesEveryKeyRealRedis(t *testing.T) {
+	s := newRealRedis(t)
+	dir := t.TempDir()
+	inner := filepath.Join(dir, "inner")
+	// "; true" keeps the shell from exec'ing the nested lanectl: it stays
+	// the command, and dies of SIGTERM while the nested lanectl releases.
+	script := `"$0" --redis "$1" --namespace "$2" lock --ttl 1m inner -- sh -c 'echo $$ >"$0"; sleep 60' "$3"; true`
+	p := startBin(t, s.args("lock", "--ttl", "1m", "outer", "--", "sh", "-c", script, lanectlBin, s.url, s.ns, inner)...)
+	eventually(t, "the nested command runs", func() bool { return alive(inner) })
+	if snap := s.inspect(t); len(snap.Keys) != 2 {
+		t.Fatalf("Inspect() = %+v; want outer and inner held", snap.Keys)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("lock = %d; want %d (its command died of SIGTERM); stderr: %s", code, 128+int(syscall.SIGTERM), p.stderr)
+	}
+	if snap := s.inspect(t); len(snap.Keys) != 0 {
+		for _, k := range snap.Keys {
+			t.Errorf("%s still has holders %+v once the outer lanectl exited; want every lease released", k.Key, k.Holders)
+		}
+	}
+	if alive(inner) {
+		t.Errorf("the nested command still runs")
+	}
+}
+
+// An entry id names one request (DESIGN.md invariant 8): with `lock --id X
+// a` holding a, or waiting for it, `lock --id X b` is a usage error (64) in
+// one line saying the id names another request; b is not taken, its command
+// does not run, and the first lock keeps its place. Real Redis, one
+// namespace per subtest; every lanectl is its own process.
+func TestLockIDOtherKeysIsUsage(t *testing.T) {
+	for _, waiting := range []bool{false, true} {
+		name := map[bool]string{false: "holding", true: "waiting"}[waiting]
+		t.Run(name, func(t *testing.T) {
+			s := newRealRedis(t)
+			dir := t.TempDir()
+			if waiting {
+				held := filepath.Join(dir, "held")
+				other := startBin(t, s.args("lock", "a", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", held)...)
+				eventually(t, "another lock holds a", func() bool { return fileExists(held) })
+				t.Cleanup(func() { other.signal(t, syscall.SIGTERM); other.wait(t) })
+			}
+			ready := filepath.Join(dir, "ready")
+			first := startBin(t, s.args("lock", "--id", "X", "a", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
+			firstIn := func() bool { // X holds a, or (waiting) waits for it
+				for _, k := range s.inspect(t).Keys {
+					if k.Key != "a" {
+						continue
+					}
+					for _, h := range k.Holders {
+						if h.ID == "X" {
+							return !waiting
+						}
+					}
+					for _, w := range k.Waiters {
+						if w.ID == "X" {
+							return waiting
+						}
+					}
+				}
+				return false
+			}
+			if waiting {
+				eventually(t, "lock --id X waits for a", firstIn)
+			} else {
+				eventually(t, "lock --id X holds a", func() bool { return fileExists(ready) })
+			}
+
+			ran := filepath.Join(dir, "ran")
+			code, _, stderr := runBin(t, s.args("lock", "--id", "X", "b", "--", "touch", ran)...)
+			if code != exitUsage || !strings.Contains(stderr, "entry id X already names another request") {
+				t.Errorf("lock --id X b = %d, %q; want %d saying entry id X names another request", code, stderr, exitUsage)
+			}
+			assertOneLine(t, stderr)
+			if fileExists(ran) {
+				t.Errorf("the command of lock --id X b ran")
+			}
+			for _, k := range s.inspect(t).Keys {
+				if k.Key == "b" {
+					t.Errorf("b has holders %v and waiters %v; want none", k.Holders, k.Waiters)
+				}
+			}
+			if !firstIn() {
+				t.Errorf("lock --id X a lost its place on a")
+			}
+			first.signal(t, syscall.SIGTERM)
+			first.wait(t)
+		})
 	}
 }

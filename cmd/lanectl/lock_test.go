@@ -98,8 +98,8 @@ func TestLockWaitRunsOut(t *testing.T) {
 			t.Errorf("lock --wait 200ms on a held key = %d; want %d", code, exitWaitTimeout)
 		}
 		assertOneLine(t, stderr)
-		if want := "lanectl: waited 200ms for k: not granted\n"; stderr != want {
-			t.Errorf("stderr = %q; want %q", stderr, want)
+		if want := "lanectl: waited 200ms for k: not granted: k: held by test-host:4242 (test) for "; !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "lease left") {
+			t.Errorf("stderr = %q; want it to start %q and say the lease left", stderr, want)
 		}
 		snap := s.inspect(t)
 		if len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 || snap.Keys[0].Holders[0].ID != lease.ID() {

@@ -79,11 +79,33 @@ func TestLockWaitConflictExitCode(t *testing.T) {
 	s := newMiniredis(t)
 	s.hold(t, "k")
 	code, _, stderr := runBin(t, s.args("lock", "--wait", "100ms", "--conflict-exit-code", "3", "k", "--", "true")...)
-	if code != 3 || stderr != "lanectl: waited 100ms for k: not granted\n" {
-		t.Errorf("lock --wait 100ms --conflict-exit-code 3 = %d, %q; want 3 and the wait's message", code, stderr)
+	if want := "lanectl: waited 100ms for k: not granted: k: held by test-host:4242 (test) for "; code != 3 || !strings.HasPrefix(stderr, want) {
+		t.Errorf("lock --wait 100ms --conflict-exit-code 3 = %d, %q; want 3 and the wait's message naming the holder", code, stderr)
 	}
+	assertOneLine(t, stderr)
 	if snap := s.inspect(t); len(snap.Keys) != 1 || len(snap.Keys[0].Waiters) != 0 {
 		t.Errorf("Inspect() = %+v; want k held by the test, no waiter left", snap.Keys)
+	}
+}
+
+// TestLockQuietGivesUpSilently: with --quiet, a --try or --wait that gives
+// up writes nothing; the exit status says it (0 with --conflict-exit-code
+// 0: a silent success for cron).
+func TestLockQuietGivesUpSilently(t *testing.T) {
+	s := newMiniredis(t)
+	s.hold(t, "k")
+	for _, tt := range []struct {
+		flags []string
+		code  int
+	}{
+		{[]string{"--try", "--quiet", "--conflict-exit-code", "0"}, 0},
+		{[]string{"--try", "-q"}, exitWaitTimeout},
+		{[]string{"--wait", "100ms", "-q"}, exitWaitTimeout},
+	} {
+		code, out, stderr := runBin(t, s.args(append(append([]string{"lock"}, tt.flags...), "k", "--", "echo", "ran")...)...)
+		if code != tt.code || out != "" || stderr != "" {
+			t.Errorf("lock %q on a held key = %d, %q, stderr %q; want %d and nothing written", tt.flags, code, out, stderr, tt.code)
+		}
 	}
 }
 

@@ -112,11 +112,8 @@ func (o *mcpServeOptions) complete() error {
 			return usageErrorf("bad --http %q: want host:port, such as 127.0.0.1:8931", o.http)
 		}
 	}
-	if o.tenant != "" {
-		req := lanes.Request{ID: "x", Tenant: o.tenant, Lanes: []lanes.Lane{{Key: sched.TenantPrefix + o.tenant, Limit: 1}}}
-		if err := req.Validate(); err != nil {
-			return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
-		}
+	if o.tenant != "" && lanes.ValidateField("tenant", o.tenant) != nil { // then its lane key is valid too
+		return usageErrorf("bad --tenant %q: it must be printable, at most %d bytes", o.tenant, lanes.MaxFieldLen)
 	}
 	return nil
 }

@@ -46,6 +46,11 @@ func (p tablePrinter) Status(v statusView) error {
 	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
 		return err
 	}
+	if v.FrozenMS > 0 {
+		if _, err := fmt.Fprintf(p.w, "no grants for %s: the namespace's state was lost and reset; leases granted before may still run\n", ms(v.FrozenMS)); err != nil {
+			return err
+		}
+	}
 	if len(v.Keys) == 0 {
 		_, err := fmt.Fprintln(p.w, "no holders or waiters")
 		return err
@@ -103,7 +108,11 @@ func writeStatusTable(out io.Writer, v statusView) error {
 	for _, k := range v.Keys {
 		key, limit := cell(k.Key), strconv.Itoa(k.Limit)
 		for _, h := range k.Holders {
-			cells := []string{key, limit, "held", cell(h.Entry), strconv.FormatUint(h.Token, 10), "-", owner(h.Host, h.PID)}
+			state := "held"
+			if h.Ended {
+				state = "ended"
+			}
+			cells := []string{key, limit, state, cell(h.Entry), strconv.FormatUint(h.Token, 10), "-", owner(h.Host, h.PID)}
 			cells = append(cells, what(h.Tool, h.CallID, h.Command)...)
 			row(append(cells, cell(h.Tenant), ms(h.HeldMS), ms(h.LeaseLeftMS))...)
 		}
@@ -137,6 +146,8 @@ func (p tablePrinter) Release(v releaseView) error {
 		var err error
 		keys := strings.Join(r.Keys, ", ")
 		switch {
+		case r.Was == "held" && r.Ended:
+			_, err = fmt.Fprintf(p.w, "released %s (holder of %s whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)\n", r.Entry, keys)
 		case r.Was == "held" && keys != "":
 			_, err = fmt.Fprintf(p.w, "released %s (holder of %s)\n", r.Entry, keys)
 		case r.Was == "held":

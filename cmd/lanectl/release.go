@@ -38,8 +38,8 @@ exits 1 when a named entry was not found.`,
 				return usageErrorf("release needs at least one ENTRY id (see lanectl status)")
 			}
 			for _, id := range args {
-				if err := (lanes.Request{ID: id}).Validate(); err != nil {
-					return usageErrorf("bad entry id: %v", err)
+				if err := lanes.ValidateEntryID(id); err != nil {
+					return usageErrorf("%s", describe(err))
 				}
 			}
 			return nil
@@ -114,6 +114,7 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 			missing = append(missing, id)
 		} else {
 			r.Keys = append(r.Keys, known[id].keys...)
+			r.Ended = known[id].ended && rel.Was[i] == lanes.Held
 		}
 		v.Released = append(v.Released, r)
 	}
@@ -132,21 +133,26 @@ type releasedEntry struct {
 	Entry string   `json:"entry"`
 	Was   string   `json:"was"` // held, waiting or gone
 	Keys  []string `json:"keys"`
+	// Ended: the entry was a holder whose own lease had ended, kept for
+	// the leases borrowed from it (told to stop, maybe still finishing);
+	// its release let the next waiters in without waiting for them.
+	Ended bool `json:"ended"`
 }
 
 // entryInfo is what a snapshot tells of an entry: the keys it asked for,
 // in its request's order, whether it holds them, and its owner.
 type entryInfo struct {
-	keys []string
-	held bool
-	host string
-	pid  int
+	keys  []string
+	held  bool
+	ended bool // a holder kept after its lease ended (lanes.Holder.Ended)
+	host  string
+	pid   int
 }
 
 // entryInfos returns what snap tells of each of its entries.
 func entryInfos(snap *lanes.Snapshot) map[string]entryInfo {
 	out := map[string]entryInfo{}
-	add := func(e lanes.Entry, key string, held bool) {
+	add := func(e lanes.Entry, key string, held, ended bool) {
 		if _, ok := out[e.ID]; ok {
 			return
 		}
@@ -157,14 +163,14 @@ func entryInfos(snap *lanes.Snapshot) map[string]entryInfo {
 		if len(keys) == 0 {
 			keys = append(keys, key)
 		}
-		out[e.ID] = entryInfo{keys: keys, held: held, host: e.Owner.Host, pid: e.Owner.PID}
+		out[e.ID] = entryInfo{keys: keys, held: held, ended: ended, host: e.Owner.Host, pid: e.Owner.PID}
 	}
 	for _, k := range snap.Keys {
 		for _, h := range k.Holders {
-			add(h.Entry, k.Key, true)
+			add(h.Entry, k.Key, true, h.Ended)
 		}
 		for _, w := range k.Waiters {
-			add(w.Entry, k.Key, false)
+			add(w.Entry, k.Key, false, false)
 		}
 	}
 	return out

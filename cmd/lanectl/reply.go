@@ -65,7 +65,7 @@ func sameCalls(resp, cp []sched.Call) error {
 // indented; with --json, {"reply": ..., "outcomes": ...}, the outcomes as
 // `batch --json` prints them.
 func (o *batchOptions) printReply(cmd *cobra.Command, w batch.Wording, calls []sched.Call, res *sched.Result) error {
-	reply, err := o.response.Reply(callOutcomes(calls, res), w)
+	reply, err := o.response.Reply(callOutcomes(calls, res, o.pausedText()), w)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (o *batchOptions) printReply(cmd *cobra.Command, w batch.Wording, calls []s
 		err = enc.Encode(struct {
 			Reply    json.RawMessage `json:"reply"`
 			Outcomes []batchOutcome  `json:"outcomes"`
-		}{reply, newBatchView(calls, res)})
+		}{reply, newBatchView(calls, res, o.pausedText())})
 	} else {
 		err = json.Indent(&b, reply, "", "  ")
 		b.WriteByte('\n')

@@ -25,7 +25,11 @@ tenant, fencing token, how long held, lease left) and its waiters in queue
 order (entry, position, owner, how long waiting). An entry that "lanectl
 lock" made shows the command it runs (its name, not its arguments) in the
 COMMAND column, in place of a tool and a call id. The first line names the
-server and the namespace read. Durations are measured on the Redis clock.`,
+server and the namespace read; a second line says so when grants are held
+back after the namespace's state was lost and reset (every lease that could
+still run ends first). A holder whose own lease ended while leases borrowed
+from it still run shows STATE "ended": its slot stays taken until each
+borrower releases or expires. Durations are measured on the Redis clock.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args {
 				if err := lanes.ValidateKey(k); err != nil {
@@ -62,8 +66,11 @@ type statusView struct {
 	Namespace string `json:"namespace"`
 	// Server is the Redis URL read, its password redacted; `watch`
 	// leaves it out.
-	Server string      `json:"server,omitempty"`
-	Keys   []statusKey `json:"keys"`
+	Server string `json:"server,omitempty"`
+	// FrozenMS is how long grants are still held back after a reset of
+	// the namespace's state (Snapshot.Frozen); 0 when they are not.
+	FrozenMS int64       `json:"frozen_ms"`
+	Keys     []statusKey `json:"keys"`
 }
 
 type statusKey struct {
@@ -84,6 +91,9 @@ type holderView struct {
 	Tenant      string `json:"tenant"`
 	HeldMS      int64  `json:"held_ms"`
 	LeaseLeftMS int64  `json:"lease_left_ms"`
+	// Ended: the holder's own lease ended while leases borrowed from it
+	// run; its slot is kept until they go (lanes.Holder.Ended).
+	Ended bool `json:"ended"`
 }
 
 type waiterView struct {
@@ -101,7 +111,7 @@ type waiterView struct {
 // newStatusView builds the view of snap, with every duration measured
 // against snap.Time, the backend's clock, never the local one.
 func newStatusView(snap *lanes.Snapshot) statusView {
-	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}}
+	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time)}
 	for _, k := range snap.Keys {
 		sk := statusKey{Key: k.Key, Limit: k.Limit, Holders: []holderView{}, Waiters: []waiterView{}}
 		for _, h := range k.Holders {
@@ -110,6 +120,7 @@ func newStatusView(snap *lanes.Snapshot) statusView {
 				Tool: h.Tool, CallID: h.CallID, Command: lockCommand(h.Entry), Tenant: h.Tenant,
 				HeldMS:      since(snap.Time, h.Granted),
 				LeaseLeftMS: since(h.Expires, snap.Time),
+				Ended:       h.Ended,
 			})
 		}
 		for _, w := range k.Waiters {

@@ -186,3 +186,48 @@ func TestStatusEmpty(t *testing.T) {
 		t.Errorf("status on an empty namespace = %q; want %q", out, want)
 	}
 }
+
+// Miniredis: a holder kept after its own lease ended (leases borrowed
+// from it still run) shows as "ended" in status, and a forced release of
+// it says so; a namespace whose deadlines vanished says grants are held
+// back.
+func TestStatusEndedLenderAndFreeze(t *testing.T) {
+	s := newMiniredis(t)
+	ctx := context.Background()
+	a := s.hold(t, "k")
+	borrower := lanes.Owner{ID: "borrower-owner", Host: "h", PID: 3}
+	st, err := s.b.Enqueue(ctx, borrower, time.Minute, []lanes.Request{{ID: "c", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}, Lineage: []string{a.ID()}}})
+	if err != nil || st[0].State != lanes.Held {
+		t.Fatalf("the borrower's enqueue = %+v, %v; want held", st, err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runInProcess(t, s.args("status", "--json")...)
+	var v statusView
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		t.Fatalf("status --json = %d, %v: %s%s", code, err, out, stderr)
+	}
+	if len(v.Keys) != 1 || len(v.Keys[0].Holders) != 1 || v.Keys[0].Holders[0].Entry != a.ID() || !v.Keys[0].Holders[0].Ended {
+		t.Fatalf("status --json keys = %+v; want %s kept as an ended holder", v.Keys, a.ID())
+	}
+	if _, out, _ := runInProcess(t, s.args("status")...); !strings.Contains(out, " ended ") {
+		t.Errorf("status table:\n%s\nwant the kept lender's STATE ended", out)
+	}
+	code, out, stderr = runInProcess(t, s.args("release", "--force", a.ID())...)
+	if code != 0 || !strings.Contains(out, "whose lease had ended") || !strings.Contains(out, "may still be finishing") {
+		t.Errorf("release --force of the kept lender = %d: %s%s; want it to say the borrowed leases may still be finishing", code, out, stderr)
+	}
+
+	// The deadlines vanish while a lease runs: the state is reset, and no
+	// grant happens until that lease would have expired.
+	s.hold(t, "k2")
+	s.c.Del(ctx, s.b.Keys()[3])
+	code, out, stderr = runInProcess(t, s.args("status", "--json")...)
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v.FrozenMS <= 0 {
+		t.Fatalf("status --json after the deadlines vanished = %d, %v, frozen_ms %d: %s%s; want a freeze", code, err, v.FrozenMS, out, stderr)
+	}
+	if _, out, _ := runInProcess(t, s.args("status")...); !strings.Contains(out, "no grants for ") {
+		t.Errorf("status table:\n%s\nwant a line saying grants are held back", out)
+	}
+}

@@ -161,14 +161,16 @@ func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, e
 }
 
 // watchSignature is what a change is made of: keys, limits, and each
-// holder's and waiter's entry, owner, call, token or position. The times
-// that move on every look are left out.
+// holder's and waiter's entry, owner, call, token or position, whether a
+// holder's lease ended, whether grants are frozen. The times that move on
+// every look are left out.
 func watchSignature(v statusView) string {
 	var b strings.Builder
+	fmt.Fprintf(&b, "frozen %v\n", v.FrozenMS > 0)
 	for _, k := range v.Keys {
 		fmt.Fprintf(&b, "k %q %d\n", k.Key, k.Limit)
 		for _, h := range k.Holders {
-			fmt.Fprintf(&b, "h %q %d %q %d %q %q %q\n", h.Entry, h.Token, h.Host, h.PID, h.Tool, h.CallID, h.Tenant)
+			fmt.Fprintf(&b, "h %q %d %q %d %q %q %q %v\n", h.Entry, h.Token, h.Host, h.PID, h.Tool, h.CallID, h.Tenant, h.Ended)
 		}
 		for _, w := range k.Waiters {
 			fmt.Fprintf(&b, "w %q %d %q %d %q %q %q\n", w.Entry, w.Position, w.Host, w.PID, w.Tool, w.CallID, w.Tenant)

@@ -40,8 +40,10 @@ type Child struct {
 // SIGKILL and with its whole process group, the supervisor sends SIGKILL
 // to the command's group and to every process the command started, in the
 // group or not (setsid, a daemon that forked twice), then exits. When the
-// command exits, the supervisor kills what the command left running the
-// same way, before it passes the status on (a second at most). The
+// command exits, the supervisor stops what the command left running:
+// SIGTERM, a second's grace to exit (a nested `lanectl lock` releases its
+// lease in it), then SIGKILL the same way, before it passes the status on
+// (two seconds at most). The
 // signals sent to the command's group do not reach the supervisor; those
 // sent to the supervisor alone are ignored. Child.Cmd.Process is the
 // supervisor, and Child.Cmd.ProcessState the command's status. A program

@@ -86,6 +86,16 @@ func startRunner(t *testing.T, mode string, group bool, argv ...string) *exec.Cm
 	return r
 }
 
+// script writes an sh script to dir and returns its path.
+func script(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // pidIn returns the pid written to file, 0 until it holds a whole line.
 func pidIn(file string) int {
 	b, err := os.ReadFile(file)
@@ -634,5 +644,37 @@ func BenchmarkStartWait(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestLeftoversGetTermFirst: what a command leaves running when it exits
+// gets SIGTERM and time to finish (a nested `lanectl lock` releases its
+// lease then) before anything is killed; one that ignores SIGTERM is
+// killed all the same before Wait returns.
+func TestLeftoversGetTermFirst(t *testing.T) {
+	dir := t.TempDir()
+	polite := script(t, dir, "polite", `trap 'echo cleaned > "$1/cleaned"; exit 0' TERM
+echo $$ > "$1/polite.pid"
+while :; do sleep 0.01; done`)
+	stubborn := script(t, dir, "stubborn", `trap '' TERM
+echo $$ > "$1/stubborn.pid"
+while :; do sleep 0.01; done`)
+	cmd := exec.Command("sh", "-c", `"$1" "$0" & "$2" "$0" &
+while [ ! -s "$0/polite.pid" ] || [ ! -s "$0/stubborn.pid" ]; do sleep 0.01; done`, dir, polite, stubborn)
+	c, err := Start(cmd, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSupervised(t, c, true)
+	if err := c.Wait(); err != nil {
+		t.Fatalf("Wait() = %v; want the command's exit 0", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cleaned")); err != nil || string(b) != "cleaned\n" {
+		t.Errorf("the leftover that traps SIGTERM wrote %q (%v); want it told to stop and given time to clean up", b, err)
+	}
+	for _, n := range []string{"polite", "stubborn"} {
+		if p := pidIn(filepath.Join(dir, n+".pid")); p == 0 || !dead(p) {
+			t.Errorf("%s (%d) still runs once Wait returned", n, p)
+		}
 	}
 }

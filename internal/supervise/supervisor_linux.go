@@ -144,9 +144,15 @@ func init() {
 	supervisor(fd, os.Args[1], os.Args[2:])
 }
 
-// leftoverLimit bounds how long the supervisor spends killing what the
-// command left behind before it passes the command's status on.
-const leftoverLimit = time.Second
+// What the command left running when it exited first gets SIGTERM and
+// leftoverGrace to exit (a nested `lanectl lock` releases its own lease
+// then), then SIGKILL; leftoverLimit bounds the whole stop before the
+// supervisor passes the command's status on. The runner still holds the
+// lease meanwhile: nothing the command started outlives it.
+const (
+	leftoverGrace = time.Second
+	leftoverLimit = 2 * time.Second
+)
 
 // supervisor is the supervisor's whole life: it runs the command at path
 // with argv, the lifeline at fd, and exits as the command did. It never
@@ -222,7 +228,9 @@ func supervisor(fd int, path string, argv []string) {
 		sweep(r, time.Minute)
 		syscall.Exit(1)
 	case ws := <-r.exited:
-		sweep(r, leftoverLimit)
+		if !terminate(r, leftoverGrace) {
+			sweep(r, leftoverLimit-leftoverGrace)
+		}
 		passOn(ws)
 	}
 }
@@ -252,12 +260,13 @@ func (r *reaper) run() {
 			return
 		}
 		r.mu.Lock()
-		// The command: what it left in its group goes while its pid still
-		// holds the group's number.
+		// The command: what it left in its group is told to stop while its
+		// pid still holds the group's number (terminate and sweep below
+		// reach the rest).
 		if !r.reaped {
 			var ci unix.Siginfo
 			if unix.Waitid(unix.P_PID, r.command, &ci, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil) == nil && ci.Signo == int32(syscall.SIGCHLD) {
-				_ = syscall.Kill(-r.command, syscall.SIGKILL)
+				_ = syscall.Kill(-r.command, syscall.SIGTERM)
 			}
 		}
 		var command *syscall.WaitStatus
@@ -302,6 +311,28 @@ func (r *reaper) killGroup() {
 	defer r.mu.Unlock()
 	if !r.reaped {
 		_ = syscall.Kill(-r.command, syscall.SIGKILL)
+	}
+}
+
+// terminate sends SIGTERM to the supervisor's children (what the command
+// left running, adopted, in its group or not) and waits up to grace for
+// them to exit. It reports whether none is left.
+func terminate(r *reaper, grace time.Duration) bool {
+	select {
+	case <-r.none:
+		return true
+	default:
+	}
+	for _, p := range children() {
+		_ = syscall.Kill(p, syscall.SIGTERM)
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	select {
+	case <-r.none:
+		return true
+	case <-deadline.C:
+		return false
 	}
 }
 

@@ -115,8 +115,12 @@ func testTakeoverOfHeldRefused(t *testing.T, inst Instance) {
 	a, b := session(t, inst.Backend), session(t, inst.Backend)
 	l := acquire(t, a, req("x", "k", 1))
 	ts := enqueue(t, b, req("x", "k", 1))
-	if _, err := ts[0].Wait(ctxT(t)); !errors.Is(err, lanes.ErrNotHolder) {
+	_, err := ts[0].Wait(ctxT(t))
+	if !errors.Is(err, lanes.ErrNotHolder) {
 		t.Fatalf("Wait() on an id another owner holds = %v; want ErrNotHolder", err)
+	}
+	if ee := (*lanes.EntryError)(nil); !errors.As(err, &ee) || !strings.HasPrefix(ee.Reason, "entry x is held by another owner") {
+		t.Errorf("Wait() on an id another owner holds = %v; want an *EntryError whose Reason says entry x is held by another owner", err)
 	}
 	ks := inspect(t, inst.Backend, "k")
 	if len(ks.Holders) != 1 || ks.Holders[0].Owner.ID != a.Owner().ID {

@@ -17,6 +17,11 @@ import (
 // follows the queue, and on each key an earlier waiter gets the smaller
 // token. A backend that grants them latest-first passes every test that
 // frees one slot at a time, and fails these.
+//
+// A raised limit cannot free slots this way: invariant 9 refuses a new
+// limit while the key has a holder or a waiter (LimitsAgree checks it,
+// waiters alone included), so a key takes a new limit only once drained,
+// when nobody waits to be granted.
 
 // direct is an owner that runs Backend steps itself, with no Session, so
 // that each step is exactly the one the test names. Its entries live for

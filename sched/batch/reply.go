@@ -199,9 +199,10 @@ type (
 //     (call_id, output), and a custom_tool_call_output per custom tool's
 //     call.
 //
-// A call that ended ok is answered with its output; any other, and a
-// custom tool's call, which does not run, with w's text for it
-// (Wording.Text). A response without calls gives an empty array. Reply
+// A call that ended ok is answered with its output; any other with w's
+// text for it (Wording.Text); a custom tool's call, which batch cannot
+// run, as an error (TOOL_UNKNOWN) saying so, so that the model does not
+// call it again. A response without calls gives an empty array. Reply
 // fails only when outcomes do not match Calls in number.
 func (r *Response) Reply(outcomes []sched.Outcome, w Wording) (json.RawMessage, error) {
 	if len(outcomes) != len(r.Calls) {
@@ -210,7 +211,7 @@ func (r *Response) Reply(outcomes []sched.Outcome, w Wording) (json.RawMessage, 
 	var items []any
 	var results []anthropicResult
 	for _, a := range r.answers {
-		o := sched.Outcome{CallID: a.id, Tool: a.tool, Status: sched.NeverDispatched, Code: sched.CodeNeverStarted, Err: errNotRun}
+		o := sched.Outcome{CallID: a.id, Tool: a.tool, Status: sched.Failed, Code: sched.CodeUnknownTool, Err: errNotRun}
 		if a.call >= 0 {
 			o = outcomes[a.call]
 			o.CallID, o.Tool = r.Calls[a.call].ID, r.Calls[a.call].Tool

@@ -19,7 +19,7 @@ func replyOutcomes() []sched.Outcome {
 	return []sched.Outcome{
 		{Status: sched.OK, Output: "# A <draft> & more\n"},
 		{Status: sched.OK},
-		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("cancelled in flight (deadline): indeterminate: the side effect may have landed")},
+		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("cancelled in flight (deadline)")},
 	}
 }
 
@@ -44,8 +44,8 @@ func TestReplyWholeResponses(t *testing.T) {
 	const (
 		okText    = `# A <draft> & more\n`
 		emptyText = `The call succeeded and wrote no output.`
-		cutText   = `Cut off before it finished: cancelled in flight (deadline): indeterminate: the side effect may have landed. It may have taken effect: check before calling it again.`
-		customTxt = `Not run: a custom tool's call (free-form input, not JSON arguments); lanectl batch runs function tools only. Nothing was done; you may call it again.`
+		cutText   = `Cut off before it finished: cancelled in flight (deadline). It may have taken effect: check before calling it again.`
+		customTxt = `The call failed: a custom tool's call (free-form input, not JSON arguments); lanectl batch runs function tools only`
 	)
 	for _, tc := range []struct {
 		file   string
@@ -115,8 +115,8 @@ func TestReplyEveryStatus(t *testing.T) {
 		{Status: sched.Failed, Code: sched.CodeToolError, Err: errors.New("exit status 2: no such file"), Output: "partial"},
 		{Status: sched.TimedOut, Code: sched.CodeTimeout, Err: errors.New("tool t timed out: it ran past its ceiling of 1s")},
 		{Status: sched.NeverDispatched, Code: sched.CodeNeverStarted, Err: errors.New("never dispatched: the run's --deadline of 1s passed")},
-		{Status: sched.SafeToRetry, Code: sched.CodeSafeToRetry, Err: errors.New("cancelled in flight (lease lost): safe to call again")},
-		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("it was in flight when the run that started it stopped: not run again; indeterminate: the side effect may have landed")},
+		{Status: sched.SafeToRetry, Code: sched.CodeSafeToRetry, Err: errors.New("cancelled in flight (lease lost)")},
+		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("it was in flight when the run that started it stopped: not run again")},
 		{Status: sched.Interrupted, Code: sched.CodeInterrupted, Err: errors.New("not run yet: the batch paused")},
 		{Status: sched.OK, Code: sched.CodeOutputNotStored, Stored: true},
 		{}, // never settled: read as never dispatched
@@ -129,8 +129,8 @@ func TestReplyEveryStatus(t *testing.T) {
 		{"The call failed: exit status 2: no such file\n\npartial", true},
 		{"The call ran past its time limit and was stopped: tool t timed out: it ran past its ceiling of 1s. It may have taken effect in part: check before calling it again.", true},
 		{"Not run: never dispatched: the run's --deadline of 1s passed. Nothing was done; you may call it again.", true},
-		{"Cut off before it finished: cancelled in flight (lease lost): safe to call again. The tool is idempotent: it is safe to call it again.", true},
-		{"Cut off before it finished: it was in flight when the run that started it stopped: not run again; indeterminate: the side effect may have landed. It may have taken effect: check before calling it again.", true},
+		{"Cut off before it finished: cancelled in flight (lease lost). The tool is idempotent: it is safe to call it again.", true},
+		{"Cut off before it finished: it was in flight when the run that started it stopped: not run again. It may have taken effect: check before calling it again.", true},
 		{"Paused before it finished: not run yet: the batch paused. Do not call it again until the run resumes.", true},
 		{"The call succeeded in an earlier attempt, but its output was too large to keep and is lost. Call it again only if repeating it is safe.", false},
 		{"Not run: not run. Nothing was done; you may call it again.", true},

@@ -305,8 +305,21 @@ func (r *Resolved) Unavailable(tool string) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("tool %s is unavailable: %w", tool, errors.Join(errs...))
+	return fmt.Errorf("tool %s is unavailable: %w", tool, joined(errs))
 }
+
+// joined is errors.Join on one line: the errors' texts separated by "; ".
+type joined []error
+
+func (j joined) Error() string {
+	texts := make([]string, len(j))
+	for i, err := range j {
+		texts[i] = err.Error()
+	}
+	return strings.Join(texts, "; ")
+}
+
+func (j joined) Unwrap() []error { return j }
 
 func (r *Resolved) prefix(server string) string {
 	for _, s := range r.specs {

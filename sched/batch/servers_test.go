@@ -295,3 +295,26 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Errorf("Load() = %v; want an error starting with the path", err)
 	}
 }
+
+// A tool two failed servers could have offered fails with both servers'
+// errors, on one line, each still found by errors.Is.
+func TestUnavailableNamesEveryFailedServer(t *testing.T) {
+	errA, errB := errors.New("cannot start a: no such file"), errors.New("cannot reach http://b: refused")
+	r, err := resolve(t, `
+[mcp_servers.a]
+command = ["a"]
+[mcp_servers.b]
+url = "http://127.0.0.1:1/mcp"
+`, connector(nil, map[string]error{"a": errA, "http://127.0.0.1:1/mcp": errB, "b": errB}))
+	if err != nil {
+		t.Fatalf("Resolve() = %v", err)
+	}
+	got := r.Unavailable("x")
+	want := "tool x is unavailable: MCP server a: cannot start a: no such file; MCP server b: cannot reach http://b: refused"
+	if got == nil || got.Error() != want {
+		t.Fatalf("Unavailable(x) = %v; want %q", got, want)
+	}
+	if !errors.Is(got, errA) || !errors.Is(got, errB) {
+		t.Errorf("errors.Is(%v, each server's error) = false; want true", got)
+	}
+}

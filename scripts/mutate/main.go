@@ -160,6 +160,10 @@ func baseline(ms []Mutation) map[string][]string {
 
 // try plants m in the copy at dir, runs its tests and restores the files.
 func try(dir string, goTest []string, m Mutation, verbose bool) (verdict, detail string) {
+	files, err := planted(dir, m)
+	if err != nil {
+		return broken, err.Error()
+	}
 	saved := map[string][]byte{}
 	defer func() {
 		for f, b := range saved {
@@ -168,23 +172,14 @@ func try(dir string, goTest []string, m Mutation, verbose bool) (verdict, detail
 			}
 		}
 	}()
-	for _, e := range m.Edits {
-		p := filepath.Join(dir, e.File)
-		if _, ok := saved[e.File]; !ok {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return broken, fmt.Sprintf("%s: %v", e.File, err)
-			}
-			saved[e.File] = b
-		}
-		cur, err := os.ReadFile(p)
+	for _, f := range sortedKeys(files) {
+		p := filepath.Join(dir, f)
+		b, err := os.ReadFile(p)
 		if err != nil {
 			return broken, err.Error()
 		}
-		if n := bytes.Count(cur, []byte(e.Old)); n != 1 {
-			return broken, fmt.Sprintf("its old text is in %s %d times, not once: the code changed; update the mutation:\n%s", e.File, n, indent(e.Old))
-		}
-		if err := os.WriteFile(p, bytes.Replace(cur, []byte(e.Old), []byte(e.New), 1), 0o644); err != nil {
+		saved[f] = b
+		if err := os.WriteFile(p, files[f], 0o644); err != nil {
 			return broken, err.Error()
 		}
 	}
@@ -200,6 +195,40 @@ func try(dir string, goTest []string, m Mutation, verbose bool) (verdict, detail
 		return survived, "no test failed in " + where
 	}
 	return killed, "caught by: " + res.describe()
+}
+
+// planted returns the files m changes, read from the tree at root, as they
+// are with m planted: its edits applied in order, each to the file as the
+// edits before it left it. It fails, naming every edit at fault, when an
+// edit's old text is not in its file exactly once or an edit changes
+// nothing.
+func planted(root string, m Mutation) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	var errs []error
+	for _, e := range m.Edits {
+		cur, ok := files[e.File]
+		if !ok {
+			var err error
+			if cur, err = os.ReadFile(filepath.Join(root, e.File)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			files[e.File] = cur
+		}
+		if e.Old == e.New {
+			errs = append(errs, fmt.Errorf("an edit of %s changes nothing: its new text is its old text", e.File))
+			continue
+		}
+		if n := bytes.Count(cur, []byte(e.Old)); n != 1 {
+			errs = append(errs, fmt.Errorf("its old text is in %s %d times, not once: the code changed; update the mutation:\n%s", e.File, n, indent(e.Old)))
+			continue
+		}
+		files[e.File] = bytes.Replace(cur, []byte(e.Old), []byte(e.New), 1)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return files, nil
 }
 
 // result is what one go test -json run reported.
@@ -370,7 +399,7 @@ func indent(s string) string {
 	return "            | " + strings.ReplaceAll(s, "\n", "\n            | ")
 }
 
-func sortedKeys(m map[string][]string) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)

@@ -5,8 +5,11 @@ package main
 // the tests) whose fast tests must catch it. An edit is an exact text
 // replacement; when its old text is not in the file exactly once, the
 // mutation is reported broken and make mutate fails, so a rewrite of the
-// code shows here instead of passing silently. Update the edit with the
-// code it targets.
+// code shows here instead of passing silently. TestEveryMutationApplies
+// (mutations_test.go) checks the same in a fraction of a second without
+// running any tests, so go test ./... (make test) fails on such a rewrite
+// too. Update the edit with the code it targets, so that it plants the same
+// bug (its What), and run it alone: go run ./scripts/mutate -run NAME.
 
 // slow are the tests of a package that make mutate skips (go test -skip):
 // load tests no mutation needs, which would only make every run longer.
@@ -20,7 +23,7 @@ var mutations = []Mutation{
 		Name: "sched/outcome-order",
 		What: "outcomes come back in completion order, not call order (rule 7)",
 		Edits: []Edit{{
-			File: "sched/run.go",
+			File: "sched/settle.go",
 			Old: `		if len(st.results) == 1 && st.results[0] != nil {
 			r.outcomes[i] = *st.results[0]
 		}`,
@@ -38,9 +41,9 @@ var mutations = []Mutation{
 		Name: "sched/timeout-from-enqueue",
 		What: "a tool's timeout counts from the batch's enqueue, not from the body's start (rule 6)",
 		Edits: []Edit{{
-			File: "sched/run.go",
-			Old:  `limit, c2 = context.WithTimeoutCause(body, st.tool.Timeout, errToolTimeout)`,
-			New:  `limit, c2 = context.WithDeadlineCause(body, r.start.Add(st.tool.Timeout), errToolTimeout)`,
+			File: "sched/exec.go",
+			Old:  `limit, c2 = context.WithTimeoutCause(body, ceiling, errToolTimeout)`,
+			New:  `limit, c2 = context.WithDeadlineCause(body, r.start.Add(ceiling), errToolTimeout)`,
 		}},
 		Pkgs: []string{"./sched"},
 	},
@@ -71,8 +74,10 @@ var mutations = []Mutation{
 		What: "the turn lane admits one call more than max_concurrent_tools (rule 4)",
 		Edits: []Edit{{
 			File: "sched/run.go",
-			Old:  `if r.admit.Err() == nil && next < len(phase) && active < r.turn() {`,
-			New:  `if r.admit.Err() == nil && next < len(phase) && active <= r.turn() {`,
+			Old: `next < len(phase) && active < r.turn() {
+			n := min(r.turn()-active, len(phase)-next)`,
+			New: `next < len(phase) && active <= r.turn() {
+			n := min(r.turn()-active+1, len(phase)-next)`,
 		}},
 		Pkgs: []string{"./sched"},
 	},
@@ -80,7 +85,7 @@ var mutations = []Mutation{
 		Name: "sched/timed-out-releases-lanes",
 		What: "a timed-out call gives its lanes back at once, while its body still runs (rule 6)",
 		Edits: []Edit{{
-			File: "sched/run.go",
+			File: "sched/exec.go",
 			Old: `			go func() {
 				defer r.s.stragglers.Done()
 				<-results
@@ -98,7 +103,7 @@ var mutations = []Mutation{
 		Name: "sched/fan-out-never-stops",
 		What: `fan_out.on_error = "stop" starts the operations after a failed one anyway (rule 9)`,
 		Edits: []Edit{{
-			File: "sched/run.go",
+			File: "sched/settle.go",
 			Old:  `	if bad && st.tool.FanOut != nil && st.tool.FanOut.OnError == Stop {`,
 			New:  `	if bad && st.tool.FanOut != nil && st.tool.FanOut.OnError == Stop && false {`,
 		}},
@@ -108,9 +113,21 @@ var mutations = []Mutation{
 		Name: "sched/idempotent-flipped",
 		What: "a call cut off in flight is called safe to retry when its tool is not idempotent (rule 8)",
 		Edits: []Edit{{
-			File: "sched/run.go",
+			File: "sched/exec.go",
 			Old:  `	if t.Idempotent {`,
 			New:  `	if !t.Idempotent {`,
+		}},
+		Pkgs: []string{"./sched"},
+	},
+	{
+		Name: "sched/rerun-idempotent-flipped",
+		What: "a call a stopped run left in flight is called safe to retry on the next run when its tool is not idempotent (rule 8)",
+		Edits: []Edit{{
+			File: "sched/records.go",
+			Old: `		if t.Idempotent {
+			o.Status, o.Code = SafeToRetry, CodeSafeToRetry`,
+			New: `		if !t.Idempotent {
+			o.Status, o.Code = SafeToRetry, CodeSafeToRetry`,
 		}},
 		Pkgs: []string{"./sched"},
 	},
@@ -154,7 +171,7 @@ var mutations = []Mutation{
 		Name: "core/limit-check",
 		What: "a waiter is eligible while holders plus those ahead equal the limit (invariant 1)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `if held + ahead >= limit then return false end`, New: `if held + ahead > limit then return false end`},
+			{File: "scripts/lua/lib.lua", Old: `if #kget(key).h + ahead >= limit then return false end`, New: `if #kget(key).h + ahead > limit then return false end`},
 			{File: "lanes/memory.go", Old: `if len(m.holders[l.Key])+ahead >= l.Limit {`, New: `if len(m.holders[l.Key])+ahead > l.Limit {`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
@@ -163,7 +180,7 @@ var mutations = []Mutation{
 		Name: "core/token-increment",
 		What: "a grant takes the key's last token again instead of a new one (invariant 5)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      tokens[key] = tokenize(key)`, New: `      tokens[key] = redis.call('HGET', K_TOKENS, key) or tokenize(key)`},
+			{File: "scripts/lua/lib.lua", Old: `      tokens[key] = tokenize(r)`, New: `      tokens[key] = r.t > 0 and dec(r.t) or tokenize(r)`},
 			{File: "lanes/memory.go", Old: `		m.tokens[l.Key]++
 		e.tokens[l.Key] = m.tokens[l.Key]`, New: `		m.tokens[l.Key] = max(m.tokens[l.Key], 1)
 		e.tokens[l.Key] = m.tokens[l.Key]`},
@@ -174,7 +191,7 @@ var mutations = []Mutation{
 		Name: "core/heartbeat-waiters",
 		What: "a heartbeat renews holders only: a live waiter is evicted (invariant 6)",
 		Edits: []Edit{
-			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', k, NOW + ttl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', k, NOW + ttl, id) end`},
+			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', K_DEADLINES, NOW + ttl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', K_DEADLINES, NOW + ttl, id) end`},
 			{File: "lanes/memory.go", Old: `		e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
 		out[i] = m.status(e, false)`, New: `		if e.held {
 			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
@@ -208,7 +225,12 @@ finish()`},
 		Name: "core/reaping",
 		What: "expired holders are never reaped: a dead holder blocks its keys for good (invariant 6)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `  for _, k in ipairs({K_HELD, K_WAITING}) do`, New: `  for _, k in ipairs({K_WAITING}) do`},
+			// expire is the one way out for an expired entry (reap, purge,
+			// a late heartbeat): it leaves holders in place.
+			{File: "scripts/lua/lib.lua", Old: `local function expire(e, touched)
+  if not ended(e) then`, New: `local function expire(e, touched)
+  if e.s == 'h' then return end
+  if not ended(e) then`},
 			{File: "lanes/memory.go", Old: `		if !e.deadline.After(st.now) {
 			due = append(due, e)
 		}`, New: `		if !e.held && !e.deadline.After(st.now) {
@@ -221,8 +243,8 @@ finish()`},
 		Name: "core/re-entry",
 		What: "a nested request does not borrow the key its lineage holds: it waits behind its own caller (invariant 10)",
 		Edits: []Edit{
-			{File: "scripts/lua/enqueue.lua", Old: `        if redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then`, New: `        if false and redis.call('ZSCORE', K_HOLDS, key .. '\0' .. r.l[j]) then`},
-			{File: "lanes/nested.go", Old: `		if x := m.entries[a]; x != nil && x.held && x.borrowed[key] == nil {`, New: `		if x := m.entries[a]; false && x != nil && x.held && x.borrowed[key] == nil {`},
+			{File: "scripts/lua/enqueue.lua", Old: `        if a and a.s == 'h' and a.x[key] and not borrowed(a, key)`, New: `        if false and a and a.s == 'h' and a.x[key] and not borrowed(a, key)`},
+			{File: "lanes/nested.go", Old: `		if x := m.entries[a]; x != nil && x.held && !x.ended() && x.borrowed[key] == nil {`, New: `		if x := m.entries[a]; false && x != nil && x.held && !x.ended() && x.borrowed[key] == nil {`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},
@@ -239,16 +261,17 @@ finish()`},
 		Name: "core/borrower-outlives-lender",
 		What: "a borrowed slot outlives the lease it borrows from (invariant 10)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `  if e.s ~= 'h' then return end
-  local lo_b, hi_b`, New: `  if true then return end
-  local lo_b, hi_b`},
-			{File: "lanes/memory.go", Old: `	delete(m.entries, e.ID)
-	if !e.held {
-		return
-	}`, New: `	delete(m.entries, e.ID)
-	if e != nil {
-		return
-	}`},
+			// A holder's removal neither revokes nor requeues its borrowers
+			// (and is not kept for them), nor takes them with it when it
+			// goes kept: they go on holding what it no longer does.
+			{File: "scripts/lua/lib.lua", Old: `  if e.s == 'h' and e.b and not e.z then`, New: `  if false and e.s == 'h' and e.b and not e.z then`},
+			{File: "scripts/lua/lib.lua", Old: `  if e.s == 'h' and e.b then
+    -- A kept lender that goes`, New: `  if false and e.s == 'h' and e.b then
+    -- A kept lender that goes`},
+			{File: "lanes/memory.go", Old: `	if e.held && !e.kept && len(m.borrowers[e.ID]) > 0 {`, New: `	if false && e.held && !e.kept && len(m.borrowers[e.ID]) > 0 {`},
+			{File: "lanes/memory.go", Old: `	if e.held {
+		// A kept lender that goes`, New: `	if false && e.held {
+		// A kept lender that goes`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},

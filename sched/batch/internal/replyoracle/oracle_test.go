@@ -31,7 +31,7 @@ func outcomes() []sched.Outcome {
 	return []sched.Outcome{
 		{Status: sched.OK, Output: "# A <draft> & \"more\"\n"},
 		{Status: sched.OK},
-		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("cancelled in flight (deadline): indeterminate: the side effect may have landed")},
+		{Status: sched.Indeterminate, Code: sched.CodeIndeterminate, Err: errors.New("cancelled in flight (deadline)")},
 	}
 }
 
@@ -43,7 +43,7 @@ func wantText(t *testing.T) map[string]string {
 	for i, id := range []string{"A", "B", "C"} {
 		texts[id], _ = w.Text(outcomes()[i])
 	}
-	texts["X"], _ = w.Text(sched.Outcome{Status: sched.NeverDispatched, Err: errors.New("a custom tool's call (free-form input, not JSON arguments); lanectl batch runs function tools only")})
+	texts["X"], _ = w.Text(sched.Outcome{Status: sched.Failed, Code: sched.CodeUnknownTool, Err: errors.New("a custom tool's call (free-form input, not JSON arguments); lanectl batch runs function tools only")})
 	return texts
 }
 
