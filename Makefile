@@ -2,7 +2,11 @@
 GO ?= go
 BIN := bin
 
-.PHONY: all build install test demo demo-lock bench lint mutate clean
+# The modules of go.work (the library, cmd/lanectl, integration, bench...),
+# each as DIR/...: a nested module's packages are not in its parent's ./...
+MODULES = $(patsubst $(CURDIR)%,.%,$(shell $(GO) list -m -f '{{.Dir}}/...'))
+
+.PHONY: all build install image test demo demo-lock bench lint mutate clean
 
 all: build
 
@@ -18,6 +22,11 @@ build:
 # lanectl into $(go env GOPATH)/bin (or $GOBIN).
 install:
 	$(GO) install $(LDFLAGS) ./cmd/lanectl
+
+# The runtime image (Dockerfile: non-root, CA certificates), lanectl
+# stamped with VERSION; needs a Docker engine.
+image:
+	docker build --build-arg VERSION=$(VERSION) -t lanes/lanectl:$(or $(VERSION),dev) .
 
 # Every package under -race, each package's result as it finishes, then
 # which backends the conformance suite covered and what was skipped; on a
@@ -64,9 +73,12 @@ MUTATEFLAGS ?=
 mutate:
 	$(GO) run ./scripts/mutate $(MUTATEFLAGS)
 
+# gofmt, go vet and staticcheck over every module.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
-	$(GO) vet ./...
+	$(GO) vet $(MODULES)
+	$(GO) run $(STATICCHECK) $(MODULES)
 
 clean:
 	rm -rf $(BIN)

@@ -1218,10 +1218,7 @@ func TestProtocolDocMatchesScripts(t *testing.T) {
 	}
 
 	// The error codes: the same set, and the fields the headers name.
-	var codes []string
-	for _, m := range regexp.MustCompile(`LANES_[A-Z]+`).FindAllString(all, -1) {
-		codes = append(codes, m)
-	}
+	codes := regexp.MustCompile(`LANES_[A-Z]+`).FindAllString(all, -1)
 	slices.Sort(codes)
 	codes = slices.Compact(codes)
 	var docCodes []string
@@ -2129,7 +2126,7 @@ func TestProtocolInspectPagingRealRedis(t *testing.T) {
 		req("w3", lane("p", 2)), req("w4", lane("p", 2)), req("w5", lane("p", 2)), req("q1", lane("q", 1)))
 	member := func(id string) string {
 		t.Helper()
-		ms, _ := r.c.ZRangeByLex(context.Background(), r.key("queue"), &redis.ZRangeBy{Min: "[p\x00", Max: "(p\x01"}).Result()
+		ms, _ := r.c.ZRangeArgs(context.Background(), redis.ZRangeArgs{Key: r.key("queue"), Start: "[p\x00", Stop: "(p\x01", ByLex: true}).Result()
 		for _, m := range ms {
 			if strings.HasSuffix(m, "\x00"+id) {
 				return m

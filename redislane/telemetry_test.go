@@ -24,7 +24,7 @@ import (
 func spanAttr(s tracetest.SpanStub, k attribute.Key) string {
 	for _, a := range s.Attributes {
 		if a.Key == k {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

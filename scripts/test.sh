@@ -4,8 +4,10 @@
 # start first, two at a time on two cores), then which backends the
 # conformance suite covered and every skipped test grouped by its reason.
 # On a failure, the failing tests' names first, then only their output.
-# The whole log goes to .cache/test.log. Arguments are packages (default
-# ./...); TESTREPORTFLAGS adds testreport's own (-p N, -goflags '...').
+# The whole log goes to .cache/test.log. Arguments are packages (default:
+# every module of go.work, the library, cmd/lanectl, integration, bench...,
+# each as DIR/...); TESTREPORTFLAGS adds testreport's own (-p N, -goflags
+# '...').
 set -uo pipefail
 mkdir -p .cache
 redis=${LANES_REDIS_URL:-${REDIS_URL:-redis://127.0.0.1:6379}}

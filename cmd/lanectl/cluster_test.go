@@ -14,14 +14,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/internal/ui"
 	"github.com/lanes-dev/lanes/redislane"
 )
 
 // The tests of this file run lanectl against a real Redis Cluster (three
-// masters, no replicas: chaos.StartCluster) and a real Sentinel setup (a
-// master, its replica and one Sentinel: chaos.StartSentinel), each made of
+// masters, no replicas: redisproc.StartCluster) and a real Sentinel setup (a
+// master, its replica and one Sentinel: redisproc.StartSentinel), each made of
 // redis-server processes of the test's own, started on free loopback ports
 // and stopped when the test ends. They skip, saying so, without
 // redis-server on PATH (and fail under LANES_REQUIRE_REDIS=1).
@@ -162,7 +162,7 @@ func mcpServeCalls(t *testing.T, args []string, d *batchDir) {
 // node says cluster_enabled:1 and becomes a seed), and given seeds with
 // addr=.
 func TestLanectlOnRedisCluster(t *testing.T) {
-	cl := chaos.StartCluster(t, 3)
+	cl := redisproc.StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nss, err := cl.NamespacesOnEveryNode(ctx, fmt.Sprintf("lanectl-cl-%d-", time.Now().UnixNano()%1e6))
@@ -245,7 +245,7 @@ func TestLanectlOnRedisCluster(t *testing.T) {
 // (its renewals reach the new master), and a new lock works afterwards; a
 // master name no Sentinel knows is a configuration error.
 func TestLanectlOnSentinel(t *testing.T) {
-	st := chaos.StartSentinel(t, "lanes-cli")
+	st := redisproc.StartSentinel(t, "lanes-cli")
 	newClient := func(t *testing.T) redis.UniversalClient {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: []string{st.Sentinel.Addr()}})
 		t.Cleanup(func() { c.Close() })
@@ -318,8 +318,8 @@ func TestLanectlOnSentinel(t *testing.T) {
 // by cluster_enabled:1, the CA of --redis-ca-file kept for every node) and
 // through addr= seeds; without the CA, the certificate is refused.
 func TestLanectlOnRedisClusterTLS(t *testing.T) {
-	tf := chaos.NewTLSFiles(t)
-	cl := chaos.StartClusterWith(t, 3, chaos.ServerOptions{TLS: tf})
+	tf := redisproc.NewTLSFiles(t)
+	cl := redisproc.StartClusterWith(t, 3, redisproc.ServerOptions{TLS: tf})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nss, err := cl.NamespacesOnEveryNode(ctx, fmt.Sprintf("lanectl-cltls-%d-", time.Now().UnixNano()%1e6))

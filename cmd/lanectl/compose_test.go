@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/lanes-dev/lanes/sched/batch"
 )
@@ -113,8 +113,8 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(dockerfile), "./cmd/lanectl") || !strings.Contains(string(dockerfile), `ENTRYPOINT ["lanectl"]`) {
-		t.Errorf("Dockerfile does not build ./cmd/lanectl into an image whose entrypoint is lanectl:\n%s", dockerfile)
+	if !strings.Contains(string(dockerfile), "go build -C cmd/lanectl") || !strings.Contains(string(dockerfile), `ENTRYPOINT ["lanectl"]`) {
+		t.Errorf("Dockerfile does not build cmd/lanectl into an image whose entrypoint is lanectl:\n%s", dockerfile)
 	}
 
 	// Every named volume a service mounts is declared, and shared is.
@@ -137,8 +137,18 @@ func TestComposeFile(t *testing.T) {
 
 	initSvc := f.Services["init"]
 	initDir := initSvc.mount("shared")
-	if initDir == "" || initSvc.Build == nil {
-		t.Errorf("init service: build %v, shared mounted at %q; want the lanectl image and the shared volume", initSvc.Build, initDir)
+	if initDir == "" || initSvc.Build == nil || initSvc.Image == "" {
+		t.Errorf("init service: build %v, image %q, shared mounted at %q; want it to build the lanectl image, and the shared volume", initSvc.Build, initSvc.Image, initDir)
+	}
+	// One image, built once: init builds it, every other lanectl service
+	// runs it by name.
+	for name, s := range f.Services {
+		if name != "init" && s.Build != nil {
+			t.Errorf("%s builds an image too; want init's alone", name)
+		}
+		if name != "redis" && s.Image != initSvc.Image {
+			t.Errorf("%s runs image %q; want init's %q", name, s.Image, initSvc.Image)
+		}
 	}
 	ns := ""
 	formats := map[batch.Format]string{}
@@ -168,10 +178,6 @@ func TestComposeFile(t *testing.T) {
 				t.Errorf("%s: depends_on = %v; want %s", name, s.DependsOn, dep)
 			}
 		}
-		if s.Build == nil {
-			t.Errorf("%s: no build; want the lanectl image", name)
-		}
-
 		script := strings.Join(append(words(s.Entrypoint), words(s.Command)...), " ")
 		loop := regexp.MustCompile(`while true; do (.*lanectl batch .*) done`).FindStringSubmatch(script)
 		if loop == nil {
@@ -203,7 +209,7 @@ func TestComposeFile(t *testing.T) {
 	}
 
 	w := f.Services["watch"]
-	if cmd := words(w.Command); len(cmd) == 0 || cmd[0] != "watch" || w.Entrypoint != nil || w.Build == nil {
+	if cmd := words(w.Command); len(cmd) == 0 || cmd[0] != "watch" || w.Entrypoint != nil {
 		t.Errorf("watch service: entrypoint %v, command %q; want the lanectl image running watch", w.Entrypoint, cmd)
 	}
 	if w.Environment["LANES_REDIS_URL"] != f.Services["replica-a"].Environment["LANES_REDIS_URL"] || w.Environment["LANES_NAMESPACE"] != ns {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -56,7 +56,7 @@ func TestDoctorAndGC(t *testing.T) {
 // refuses it (exit 78, naming the policy and the flag), and runs with
 // --allow-eviction.
 func TestLockRefusesEvictingRedis(t *testing.T) {
-	srv := chaos.StartServer(t, chaos.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	srv := redisproc.StartServer(t, redisproc.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
 	s := newServer(t, "allkeys-lru", srv.URL())
 	code, _, stderr := runInProcess(t, s.args("lock", "k", "--", "true")...)
 	if code != exitConfig || !strings.Contains(stderr, "allkeys-lru") || !strings.Contains(stderr, "--allow-eviction") {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 )
 
 // The tests of this file check that a command run under a lane never runs
@@ -108,7 +108,7 @@ concurrency = { key = "w" }
 // stops no one else's tests) and returns a server on it.
 func pausedRedis(t *testing.T) (*server, func(d time.Duration)) {
 	t.Helper()
-	rs := chaos.StartServer(t, chaos.ServerOptions{})
+	rs := redisproc.StartServer(t, redisproc.ServerOptions{})
 	s := newServer(t, "redis-server", rs.URL())
 	return s, func(d time.Duration) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -92,24 +92,6 @@ func (f *mcpFixture) toolsFile(t *testing.T, src string) string {
 	return path
 }
 
-// waitLog waits until the server's log satisfies ok, and returns it.
-func (f *mcpFixture) waitLog(t *testing.T, what string, ok func([]mcptest.Entry) bool) []mcptest.Entry {
-	t.Helper()
-	var log []mcptest.Entry
-	eventually(t, "the server's log shows "+what, func() bool {
-		var err error
-		if log, err = mcptest.ReadLog(f.log); err != nil {
-			t.Fatal(err)
-		}
-		return ok(log)
-	})
-	return log
-}
-
-func hasEntry(kind, label string) func([]mcptest.Entry) bool {
-	return func(l []mcptest.Entry) bool { _, ok := mcptest.Find(l, kind, label); return ok }
-}
-
 // proxyClient starts `lanectl mcp serve` with args, as an MCP client
 // starts its server, and returns the client's session; its stderr goes
 // to stderr. The proxy stops when t ends (its standard input closes).

@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -133,7 +133,7 @@ func TestUIBrowserRealRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := chaos.StartProxy(t, opt.Addr, 1)
+	proxy := redisproc.StartProxy(t, opt.Addr, 1)
 	ui, url := startUI(t, s, proxy.URL(), "--interval", "100ms", "--allow-release")
 	const key = "concurrency:rfd"
 	first, firstIn := startLockOnStdin(t, s, "replica-a.renumber", key)

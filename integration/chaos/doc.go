@@ -19,8 +19,9 @@
 //     NoLeak over the namespace's Redis keys.
 //   - workload.go: what a replica process does (the chaosworker binary is
 //     a thin main around RunWorker).
-//   - server.go, cluster.go, proxy.go: redis-server processes, a cluster,
-//     and the fault-injecting proxy.
+//   - servers.go: redis-server processes, a cluster, a Sentinel setup and
+//     the fault-injecting proxy (their code is in internal/redisproc, so
+//     that tests of the root module use them too).
 //   - harness.go: starts, stops, kills and restarts replica processes.
 //   - stats.go: recovery times and the scenario report.
 //

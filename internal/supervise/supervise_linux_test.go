@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 // The tests run real processes: sh, sleep, cat, setsid. The test binary is
@@ -435,11 +435,34 @@ func TestStreamsPassThrough(t *testing.T) {
 	}
 }
 
+// openPTY opens a new pseudo-terminal, its master and its terminal, as
+// posix_openpt, unlockpt and ptsname do (the root module keeps no
+// dependency for it; cmd/lanectl's tests use github.com/creack/pty).
+func openPTY() (ptm, tty *os.File, err error) {
+	ptm, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := int(ptm.Fd())
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err == nil {
+		err = unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0)
+	}
+	if err == nil {
+		tty, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	}
+	if err != nil {
+		ptm.Close()
+		return nil, nil, err
+	}
+	return ptm, tty, nil
+}
+
 // TestTerminalPassesThrough: a terminal on the standard streams is the
 // command's terminal, supervised or not.
 func TestTerminalPassesThrough(t *testing.T) {
 	for _, supervised := range []bool{false, true} {
-		ptm, tty, err := pty.Open()
+		ptm, tty, err := openPTY()
 		if err != nil {
 			t.Skipf("SKIP: no pseudo-terminal: %v", err)
 		}

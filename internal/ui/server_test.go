@@ -21,7 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/lanes-dev/lanes/integration/chaos"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/internal/ui"
 	"github.com/lanes-dev/lanes/lanes"
@@ -352,7 +352,7 @@ func TestEventsSayRedisIsGoneAndBackRealRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	redisAddr := opt.Addr
-	p := chaos.StartProxy(t, redisAddr, 1)
+	p := redisproc.StartProxy(t, redisAddr, 1)
 	opt.Addr, opt.MaxRetries, opt.DialTimeout, opt.ReadTimeout = p.Addr(), -1, 200*time.Millisecond, 500*time.Millisecond
 	c := redis.NewClient(opt)
 	t.Cleanup(func() { c.Close() })

@@ -114,7 +114,11 @@ func NewProxy(res *batch.Resolved, session *lanes.Session, o ProxyOptions) (*Pro
 	p := &Proxy{s: s, o: o}
 	p.stop, p.close = context.WithCancelCause(context.Background())
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "lanes", Title: "lanes proxy", Version: "1"},
-		&mcp.ServerOptions{Logger: discard, HasTools: true})
+		&mcp.ServerOptions{Logger: discard, Capabilities: &mcp.ServerCapabilities{
+			// Tools, even before any is added; no logging (deprecated, and
+			// the proxy sends no log messages).
+			Tools: &mcp.ToolCapabilities{ListChanged: true},
+		}})
 	names := make([]string, 0, len(res.Tools))
 	for n := range res.Tools {
 		names = append(names, n)

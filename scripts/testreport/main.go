@@ -8,6 +8,9 @@
 //
 //	go run ./scripts/testreport [-p N] [-log FILE] [-times FILE] [-goflags FLAGS] [PACKAGE...]
 //
+// Without packages it tests every module of the workspace (go.work: the
+// library, cmd/lanectl, integration, bench...), each as DIR/...
+//
 // The slowest packages of the last run (-times keeps their durations)
 // start first, so the run takes about as long as its slowest package, or
 // the sum divided by -p. It exits 1 when a package failed.
@@ -24,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -40,7 +44,11 @@ func main() {
 	flag.Parse()
 	patterns := flag.Args()
 	if len(patterns) == 0 {
-		patterns = []string{"./..."}
+		var err error
+		if patterns, err = modules(); err != nil {
+			fmt.Fprintln(os.Stderr, "testreport:", err)
+			os.Exit(2)
+		}
 	}
 	code, err := run(os.Stdout, *parallel, *logPath, *timesPath, strings.Fields(*goflags), patterns)
 	if err != nil {
@@ -127,6 +135,34 @@ func run(out io.Writer, parallel int, logPath, timesPath string, goflags, patter
 	}
 	writeTimes(timesPath, times)
 	return summary(out, todo, none, logPath, time.Since(start)), nil
+}
+
+// modules returns a pattern for every package of every module of the
+// workspace (go.work), or of the main module without one: "./...",
+// "./bench/..."... A nested module's packages are not in its parent's
+// "./...", so each module needs its own.
+func modules() ([]string, error) {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("go list -m: %v: %s", err, bytes.TrimSpace(ee.Stderr))
+		}
+		return nil, fmt.Errorf("go list -m: %v", err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	var patterns []string
+	for _, dir := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(wd, dir)
+		if err != nil {
+			return nil, err
+		}
+		patterns = append(patterns, "./"+filepath.ToSlash(filepath.Join(rel, "...")))
+	}
+	return patterns, nil
 }
 
 // list returns the packages patterns name, and whether each has tests.

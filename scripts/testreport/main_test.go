@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -117,5 +118,59 @@ func TestReportBuildFailure(t *testing.T) {
 	got := out.String()
 	if code != 1 || !strings.Contains(got, "example.com/m/good: the package") || !strings.Contains(got, "cannot use \"s\"") {
 		t.Errorf("run() = %d:\n%s\nwant 1, the package named, and the compiler's message", code, got)
+	}
+}
+
+// TestModulesOfWorkspace: without packages, every module of the go.work is
+// tested, a nested one too (the root's "./..." leaves it out); without a
+// go.work, the main module.
+func TestModulesOfWorkspace(t *testing.T) {
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":                "module example.com/m\n\ngo 1.24\n",
+		"x.go":                  "package m\n",
+		"tools/bench/go.mod":    "module example.com/m/tools/bench\n\ngo 1.24\n",
+		"tools/bench/x.go":      "package bench\n",
+		"tools/bench/y/y.go":    "package y\n",
+		"unlisted/go.mod":       "module example.com/unlisted\n\ngo 1.24\n",
+		"unlisted/x.go":         "package unlisted\n",
+		"go.work":               "go 1.24\n\nuse (\n\t.\n\t./tools/bench\n)\n",
+		"tools/bench/README.md": "a module of its own\n",
+	}
+	for name, body := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(dir)
+	t.Setenv("GOWORK", "")
+	got, err := modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"./...", "./tools/bench/..."}; !slices.Equal(got, want) {
+		t.Errorf("modules() = %q; want %q", got, want)
+	}
+	pkgs, err := list(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, p := range pkgs {
+		paths = append(paths, p.path)
+	}
+	if want := []string{"example.com/m", "example.com/m/tools/bench", "example.com/m/tools/bench/y"}; !slices.Equal(paths, want) {
+		t.Errorf("packages %q; want %q", paths, want)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "go.work")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := modules(); err != nil || !slices.Equal(got, []string{"./..."}) {
+		t.Errorf("without go.work: modules() = %q, %v; want [./...]", got, err)
 	}
 }

@@ -1,4 +1,4 @@
-package chaos
+package redisproc
 
 import (
 	"context"
@@ -62,8 +62,8 @@ func StartClusterWith(tb testing.TB, n int, opts ServerOptions) *Cluster {
 			if err == nil && strings.Contains(info, "cluster_state:ok") &&
 				strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) &&
 				strings.Contains(info, "cluster_slots_ok:16384") {
-				slots, err := c.ClusterSlots(ctx).Result()
-				if err == nil && len(slots) == n {
+				shards, err := c.ClusterShards(ctx).Result()
+				if err == nil && len(shards) == n {
 					break
 				}
 			}

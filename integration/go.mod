@@ -1,0 +1,30 @@
+module github.com/lanes-dev/lanes/integration
+
+go 1.26.0
+
+require github.com/lanes-dev/lanes v0.0.0-00010101000000-000000000000
+
+// The library at this checkout (go.work does the same for development).
+replace github.com/lanes-dev/lanes => ..
+
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/redis/go-redis/v9 v9.23.0
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
