@@ -27,7 +27,7 @@ func TestChaosRedisPaused(t *testing.T) {
 	b := s.namespace(admin, "chaos-pause-")
 	cycles := chaosSize(1, 4)
 	pause := 2 * s.ttl
-	hold := pause + 2*time.Second
+	hold := pause + 4*time.Second // a margin for a late look at the acquire (a loaded machine)
 	f := s.h.RunFleet("r", chaosSize(4, 8), func(i, inc int) []string {
 		if inc > 0 {
 			return nil
