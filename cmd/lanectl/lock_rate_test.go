@@ -72,7 +72,13 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "RATE KEY") || !strings.Contains(out, "3/5") {
 			t.Errorf("status tpm = %d, %q; want a rate table with 3/5 spent", code, out)
 		}
-		// Another rate on a key in use, a cost above the rate, a bad rate.
+		// Another rate on a key in use (a holder carries 5/m), a cost above
+		// the rate, a bad rate.
+		holder := startBin(t, s.args("lock", "--rate", "5/m", "tpm", "--", "sleep", "60")...)
+		eventually(t, "a lock with --rate 5/m holds tpm", func() bool {
+			ks := s.inspect(t).Keys
+			return len(ks) == 1 && len(ks[0].Holders) == 1
+		})
 		for _, tc := range []struct {
 			args []string
 			code int
@@ -87,6 +93,12 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Errorf("%q = %d, stderr %q; want %d and %q", tc.args, code, stderr, tc.code, tc.want)
 			}
+		}
+		holder.signal(t, 15)
+		holder.wait(t)
+		// Idle again: the units spent bind no one; 9/m counts them (4 of 9).
+		if code, _, stderr := runBin(t, s.args("lock", "--try", "--rate", "9/m", "--cost", "5", "tpm", "--", "true")...); code != 0 {
+			t.Errorf("lock --try --rate 9/m --cost 5 on idle tpm with 4 units spent = %d, %q; want 0", code, stderr)
 		}
 		s.assertEmpty(t)
 	})
