@@ -319,13 +319,15 @@ end
 -- Rate lanes (issue 15). A lane {key, limit, rate limit, window ms, cost}
 -- (the last three absent without a rate) spends cost units of its key's
 -- rate at each grant: at most rate limit units in any window of that many
--- ms. Each rate key keeps a sliding log of (grant ms, cost), oldest first,
+-- ms. Each rate key keeps a sliding log of (grant µs, cost), oldest first,
 -- in the lanes hash under "\1" .. key (a lane key holds no control
--- character, so the two never mix): "<rate limit> <window ms> <ms> <cost>
+-- character, so the two never mix): "<rate limit> <window ms> <µs> <cost>
 -- ...", the rate of the key's last grant. A pair counts against a rate
--- while its ms plus that rate's window is after NOW; a write drops the
+-- while its µs plus that rate's window is at or after NOW_US (TIME
+-- truncates to the µs: counting the last µs too makes the bound exact for
+-- any real window of the rate's length); a write drops the
 -- pairs past the log's own window; past RATE_LOG_MAX pairs the two oldest
--- merge into one at the later ms (its units leave later than they would:
+-- merge into one at the later µs (its units leave later than they would:
 -- the bound holds, more strictly). The log lives while the key has holders
 -- or waiters or units in the window, and binds no one by itself: while the
 -- key has holders or waiters its rate is the one they carry (one key, one
@@ -337,7 +339,7 @@ end
 
 local function rfield(key) return '\1' .. key end
 
--- rget returns key's rate log {lim, per, u = {{ms, cost}, ...}}, as
+-- rget returns key's rate log {lim, per, u = {{µs, cost}, ...}}, as
 -- stored: its units are counted against the window of the rate a lane
 -- names (rate_spent), so that a new rate on an idle key counts every unit
 -- the log holds within its own window. A log holding units past its own
@@ -354,7 +356,7 @@ local function rget(key)
     if #n >= 2 then
       r = {lim = n[1], per = n[2], u = {}}
       for i = 3, #n - 1, 2 do r.u[#r.u + 1] = {n[i], n[i + 1]} end
-      if #r.u > 0 and r.u[1][1] + r.per <= NOW then RDIRTY[key] = true end
+      if #r.u > 0 and r.u[1][1] + r.per * 1000 < NOW_US then RDIRTY[key] = true end
     end
   end
   RATES[key] = r
@@ -362,11 +364,12 @@ local function rget(key)
 end
 
 -- rate_spent returns the units of the log r granted within the window of
--- per ms that ends at NOW, and the index of the oldest of them.
+-- per ms that ends at NOW_US (its last µs included), and the index of the
+-- oldest of them.
 local function rate_spent(r, per)
   local spent, first = 0, #r.u + 1
   for i = #r.u, 1, -1 do
-    if r.u[i][1] + per <= NOW then break end
+    if r.u[i][1] + per * 1000 < NOW_US then break end
     spent, first = spent + r.u[i][2], i
   end
   return spent, first
@@ -411,7 +414,7 @@ local function rate_room(kl, ahead)
 end
 
 -- rate_spend spends the cost of each rate lane the granted entry e holds
--- in its own right, at NOW, under kl's rate.
+-- in its own right, at NOW_US, under kl's rate.
 local function rate_spend(e, kl)
   if not kl[3] then return end
   local key = kl[1]
@@ -421,7 +424,7 @@ local function rate_spend(e, kl)
     RATES[key] = r
   end
   r.lim, r.per = kl[3], kl[4]
-  r.u[#r.u + 1] = {NOW, kl[5]}
+  r.u[#r.u + 1] = {NOW_US, kl[5]}
   if #r.u > RATE_LOG_MAX then
     r.u[2][2] = r.u[2][2] + r.u[1][2]
     table.remove(r.u, 1)
@@ -430,9 +433,10 @@ local function rate_spend(e, kl)
 end
 
 -- rate_wait returns, for the waiting entry e, how many ms from NOW a rate
--- it waits for could have room: at the head of a key's queue, when its
--- cost fits; behind it, when the next units leave the window. 0 when no
--- rate holds it back.
+-- it waits for could have room (rounded up): at the head of a key's queue,
+-- when its cost fits; behind it, when the next units leave the window. 0
+-- when no rate holds it back. A pair of µs t leaves a window of per ms at
+-- t + per * 1000 + 1.
 local function rate_wait(e)
   local wait = 0
   for _, kl in ipairs(e.k) do
@@ -440,18 +444,18 @@ local function rate_wait(e)
     local spent, first = 0, 1
     if r then spent, first = rate_spent(r, kl[4]) end
     if r and first <= #r.u then
-      local at = r.u[first][1] + kl[4]
+      local at = r.u[first][1] + kl[4] * 1000 + 1
       local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '(' .. qmember(kl[1], e.q, e.id))
       if ahead == 0 then
         local over = spent + kl[5] - kl[3]
-        at = NOW
+        at = NOW_US
         for i = first, #r.u do
           if over <= 0 then break end
           over = over - r.u[i][2]
-          at = r.u[i][1] + kl[4]
+          at = r.u[i][1] + kl[4] * 1000 + 1
         end
       end
-      wait = math.max(wait, at - NOW)
+      wait = math.max(wait, math.ceil((at - NOW_US) / 1000))
     end
   end
   return wait
@@ -463,7 +467,7 @@ local function rate_view(key)
   local r = rget(key)
   if not r then return {} end
   local spent, first = rate_spent(r, r.per)
-  return {r.lim, r.per, spent, first <= #r.u and r.u[first][1] + r.per or 0}
+  return {r.lim, r.per, spent, first <= #r.u and math.ceil((r.u[first][1] + r.per * 1000 + 1) / 1000) or 0}
 end
 
 -- rate_flush writes the rate logs that changed, without the units past
