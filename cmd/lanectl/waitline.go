@@ -162,8 +162,15 @@ func keyState(snap *lanes.Snapshot, key string) *lanes.KeyState {
 // holdText says who holds a key (its first holder, when the limit allows
 // more), for how long, and how much of the lease is left.
 func holdText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
+	rate := rateText(snap, ks)
 	if len(ks.Holders) == 0 {
+		if rate != "" {
+			return "no holder, held back by the " + rate
+		}
 		return "no holder yet"
+	}
+	if rate != "" {
+		rate = ", " + rate
 	}
 	h := ks.Holders[0] // the longest held
 	who := owner(h.Owner.Host, h.Owner.PID)
@@ -174,7 +181,17 @@ func holdText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
 	if ks.Limit > 1 || len(ks.Holders) > 1 {
 		held = fmt.Sprintf("held by %d of %d, the longest by %s", len(ks.Holders), ks.Limit, who)
 	}
-	return fmt.Sprintf("%s for %s, lease left %s", held, humanDuration(snap.Time.Sub(h.Granted)), humanDuration(h.Expires.Sub(snap.Time)))
+	return fmt.Sprintf("%s for %s, lease left %s%s", held, humanDuration(snap.Time.Sub(h.Granted)), humanDuration(h.Expires.Sub(snap.Time)), rate)
+}
+
+// rateText says what a key's rate has spent and when its next unit frees,
+// "" when it has no rate or nothing spent.
+func rateText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
+	w := ks.Rate
+	if w == nil || w.Spent == 0 || w.NextFree.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("rate %s: %d of %d units spent, the next frees in %s", w.Rate, w.Spent, w.Rate.Limit, humanDuration(w.NextFree.Sub(snap.Time)))
 }
 
 // entryWhat names what an entry runs, for people: the command of a `lanectl
