@@ -99,8 +99,9 @@ func ValidateTTL(d time.Duration) error {
 // lane with a Rate and Limit 0 is bounded by the rate alone: it is sent to
 // the backend with limit MaxLimit, so it is queued, held and tokened as any
 // lane. Every request naming a key must name the same Rate for it while the
-// key has holders or waiters (DESIGN.md invariant 9); on an idle key
-// another Rate may be named, and the units still in the window count.
+// key has holders or waiters (DESIGN.md invariant 9): the Rate they carry,
+// none when they carry none. On an idle key another Rate may be named, and
+// the units the key's log holds within its window count against it.
 type Lane struct {
 	Key   string // 1 to MaxKeyLen bytes of UTF-8, no control characters
 	Limit int    // 0 to MaxLimit

@@ -259,7 +259,6 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 	}
 	for _, l := range r.Lanes {
 		m.limits[l.Key] = l.Limit
-		m.noteRate(l)
 	}
 	if now {
 		st.grant(e, false)
@@ -729,9 +728,7 @@ func (st *step) grant(e *memEntry, notify bool) {
 		}
 		m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 		m.holders[l.Key] = append(m.holders[l.Key], e)
-		if rl := m.rates[l.Key]; rl != nil {
-			rl.spend(st.now, l.cost())
-		}
+		m.spendRate(l, st.now)
 		m.tokens[l.Key]++
 		e.tokens[l.Key] = m.tokens[l.Key]
 	}

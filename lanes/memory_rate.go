@@ -29,16 +29,14 @@ func (m *Memory) rateOf(key string) *rateLog {
 	return rl
 }
 
-// rateAgrees checks l's rate against the one key is in use with (while it
-// has holders or waiters, as limits: DESIGN.md invariant 9), or that batch
-// (the step's earlier requests) names, and notes it in batch.
+// rateAgrees checks l's rate against the one key is in use with (the rate
+// its holders and waiters carry: DESIGN.md invariant 9, as limits), or
+// that batch (the step's earlier requests) names, and notes it in batch.
+// The log of spent units binds no one by itself.
 func (m *Memory) rateAgrees(l Lane, batch map[string]Rate) error {
 	rec, ok := batch[l.Key]
-	if _, inUse := m.limits[l.Key]; !ok && inUse {
-		ok = true
-		if rl := m.rateOf(l.Key); rl != nil {
-			rec = rl.rate
-		}
+	if !ok {
+		rec, ok = m.rateInUse(l.Key)
 	}
 	if ok && rec != l.Rate {
 		return &RateMismatchError{Key: l.Key, Recorded: rec, Requested: l.Rate}
@@ -47,21 +45,43 @@ func (m *Memory) rateAgrees(l Lane, batch map[string]Rate) error {
 	return nil
 }
 
-// noteRate records l's rate for its key. Units an earlier rate spent that
-// are still in the window count against the new one.
-func (m *Memory) noteRate(l Lane) {
-	switch rl := m.rates[l.Key]; {
-	case l.Rate.IsZero():
-	case rl == nil:
-		m.rates[l.Key] = &rateLog{rate: l.Rate}
-	default:
-		rl.rate = l.Rate
+// rateInUse returns the rate key's holders and waiters carry (they all
+// agree), and false when it has none.
+func (m *Memory) rateInUse(key string) (Rate, bool) {
+	for _, list := range [][]*memEntry{m.holders[key], m.queues[key]} {
+		for _, e := range list {
+			for _, l := range e.Lanes {
+				if l.Key == key {
+					return l.Rate, true
+				}
+			}
+		}
 	}
+	return Rate{}, false
+}
+
+// spendRate spends l's cost on its key's log at now, under l's rate: the
+// rate of a key's last grant is the one its log is kept under (a waiter
+// that leaves without a grant changes nothing of it).
+func (m *Memory) spendRate(l Lane, now time.Time) {
+	if l.Rate.IsZero() {
+		return
+	}
+	rl := m.rates[l.Key]
+	if rl == nil {
+		rl = &rateLog{rate: l.Rate}
+		m.rates[l.Key] = rl
+	}
+	rl.rate = l.Rate
+	rl.prune(now)
+	rl.spend(now, l.cost())
 }
 
 // rateRoom reports whether l's rate lets an entry with ahead entries queued
 // before it on l's key be granted now: none ahead (strict FIFO), and its
-// cost fits in the window.
+// cost fits in the window of l's rate (the one in force: on an idle key
+// the request's own, not the one the log was last kept under). It changes
+// nothing.
 func (m *Memory) rateRoom(l Lane, ahead int) bool {
 	if l.Rate.IsZero() {
 		return true
@@ -69,8 +89,8 @@ func (m *Memory) rateRoom(l Lane, ahead int) bool {
 	if ahead > 0 {
 		return false
 	}
-	rl := m.rateOf(l.Key)
-	return rl == nil || rl.fits(l.cost())
+	rl := m.rates[l.Key]
+	return rl == nil || rl.within(m.at, l.Rate.Per)+l.cost() <= l.Rate.Limit
 }
 
 // rateWait is Status.RateWait for the waiting entry e.
@@ -80,13 +100,16 @@ func (m *Memory) rateWait(e *memEntry) time.Duration {
 		if l.Rate.IsZero() || e.borrowed[l.Key] != nil {
 			continue
 		}
-		rl := m.rateOf(l.Key)
-		if rl == nil || len(rl.uses) == 0 {
+		rl := m.rates[l.Key]
+		if rl == nil {
 			continue
 		}
-		at := rl.uses[0].at.Add(rl.rate.Per)
+		at, ok := rl.nextFree(m.at, l.Rate.Per)
+		if !ok {
+			continue
+		}
 		if slices.Index(m.queues[l.Key], e) == 0 {
-			at = rl.freeAt(m.at, l.cost())
+			at = rl.freeAt(m.at, l.Rate, l.cost())
 		}
 		wait = max(wait, at.Sub(m.at))
 	}

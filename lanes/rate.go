@@ -145,8 +145,15 @@ func (l *rateLog) prune(now time.Time) {
 	l.uses = l.uses[n:]
 }
 
-// fits reports whether cost more units fit in the window at now. l is pruned.
-func (l *rateLog) fits(cost int) bool { return l.spent+cost <= l.rate.Limit }
+// within returns the units of l granted within the window of length per
+// that ends at now, whatever rate l was kept under.
+func (l *rateLog) within(now time.Time, per time.Duration) int {
+	n := 0
+	for i := len(l.uses) - 1; i >= 0 && l.uses[i].at.Add(per).After(now); i-- {
+		n += l.uses[i].cost
+	}
+	return n
+}
 
 // spend records cost units spent at now, merging the two oldest uses past
 // MaxRateLog.
@@ -159,20 +166,34 @@ func (l *rateLog) spend(now time.Time, cost int) {
 	}
 }
 
-// freeAt returns when enough units leave the window for cost more to fit;
-// now when they fit already.
-func (l *rateLog) freeAt(now time.Time, cost int) time.Time {
-	over := l.spent + cost - l.rate.Limit
+// freeAt returns when enough units leave the window of r for cost more
+// to fit under r; now when they fit already.
+func (l *rateLog) freeAt(now time.Time, r Rate, cost int) time.Time {
+	over := l.within(now, r.Per) + cost - r.Limit
 	for _, u := range l.uses {
 		if over <= 0 {
 			break
 		}
+		if !u.at.Add(r.Per).After(now) {
+			continue // left the window of r already
+		}
 		over -= u.cost
 		if over <= 0 {
-			return u.at.Add(l.rate.Per)
+			return u.at.Add(r.Per)
 		}
 	}
 	return now
+}
+
+// nextFree returns when the oldest units within the window of length per
+// leave it, and false when none are within it.
+func (l *rateLog) nextFree(now time.Time, per time.Duration) (time.Time, bool) {
+	for _, u := range l.uses {
+		if at := u.at.Add(per); at.After(now) {
+			return at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // window is l as Inspect shows it.

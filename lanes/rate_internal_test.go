@@ -44,15 +44,15 @@ func TestRateLogFreeAt(t *testing.T) {
 		10: t0.Add(1200 * time.Millisecond), // all of them
 		1:  t0.Add(time.Second),             // the window is full: one unit frees with the first pair
 	} {
-		if got := l.freeAt(now, cost); !got.Equal(want) {
+		if got := l.freeAt(now, l.rate, cost); !got.Equal(want) {
 			t.Errorf("freeAt(cost %d) = %v; want %v", cost, got.Sub(t0), want.Sub(t0))
 		}
 	}
 	l.prune(t0.Add(time.Second))
-	if !l.fits(4) || l.fits(5) {
-		t.Errorf("after the first pair left: fits(4) %v, fits(5) %v; want true, false", l.fits(4), l.fits(5))
+	if got := l.within(t0.Add(time.Second), l.rate.Per); got != 6 {
+		t.Errorf("after the first pair left: within = %d; want 6 (4 more fit, not 5)", got)
 	}
-	if got := l.freeAt(t0.Add(time.Second), 4); !got.Equal(t0.Add(time.Second)) {
+	if got := l.freeAt(t0.Add(time.Second), l.rate, 4); !got.Equal(t0.Add(time.Second)) {
 		t.Errorf("freeAt(4) when it fits = %v; want now", got.Sub(t0))
 	}
 }

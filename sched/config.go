@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -396,7 +395,7 @@ func (c Config) Validate() error {
 			add("tool %s: no command or body to run", n)
 		}
 	}
-	agree(claims, "concurrency key %q has different limits: %s", strconv.Itoa, add)
+	agree(claims, "concurrency key %q has different limits: %s", limitWords, add)
 	agree(rates, "key %q has different rates: %s", rateWords, add)
 	r := c.Runner
 	if r.Retention < 0 || r.Retention > lanes.MaxRetention || (r.Retention > 0 && r.Retention < time.Millisecond) {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,14 +58,17 @@ func CostFromArgument(name string) CostFunc {
 			return 0, fmt.Errorf("argument %q is missing", name)
 		}
 		var f float64
+		if strings.TrimSpace(string(raw)) == "null" {
+			return 0, fmt.Errorf("argument %q is null, not a number", name)
+		}
 		if err := json.Unmarshal(raw, &f); err != nil {
 			var s string
 			if json.Unmarshal(raw, &s) != nil || json.Unmarshal([]byte(strings.TrimSpace(s)), &f) != nil {
 				return 0, fmt.Errorf("argument %q is %.40s, not a number", name, raw)
 			}
 		}
-		if f != math.Trunc(f) || f < 0 || f > lanes.MaxLimit {
-			return 0, fmt.Errorf("argument %q is %v, not a whole number from 0 to %d", name, f, lanes.MaxLimit)
+		if f != math.Trunc(f) || f < 1 || f > lanes.MaxLimit {
+			return 0, fmt.Errorf("argument %q is %v, not a whole number from 1 to %d", name, f, lanes.MaxLimit)
 		}
 		return int(f), nil
 	}
@@ -166,6 +170,15 @@ func agree[T comparable](claims map[string][]claim[T], format string, words func
 			}
 		}
 	}
+}
+
+// limitWords is a concurrency limit in a configuration error: 0 is none
+// (unbounded, or a tool whose rate alone bounds the key).
+func limitWords(n int) string {
+	if n == 0 {
+		return "0 (no concurrency limit)"
+	}
+	return strconv.Itoa(n)
 }
 
 // rateWords is a rate in a configuration error.

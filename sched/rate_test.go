@@ -118,3 +118,21 @@ func TestRateCostFromArguments(t *testing.T) {
 		}
 	})
 }
+
+// Regression (review of rate lanes, finding 4): a null or negative cost
+// argument is named as what it is, and the range said is the one enforced.
+func TestCostFromArgumentSaysWhy(t *testing.T) {
+	f := sched.CostFromArgument("n")
+	for args, want := range map[string]string{
+		`{"n": null}`: `argument "n" is null, not a number`,
+		`{"n": -1}`:   `argument "n" is -1, not a whole number from 1 to`,
+		`{"n": 0}`:    `argument "n" is 0, not a whole number from 1 to`,
+	} {
+		if _, err := f(context.Background(), json.RawMessage(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CostFromArgument(n)(%s) = %v; want an error saying %q", args, err, want)
+		}
+	}
+	if n, err := f(context.Background(), json.RawMessage(`{"n": " 5 "}`)); n != 5 || err != nil {
+		t.Errorf("CostFromArgument(n)(\" 5 \") = %d, %v; want 5", n, err)
+	}
+}

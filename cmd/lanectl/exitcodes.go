@@ -246,8 +246,15 @@ func describe(err error) string {
 	case errors.As(err, &cycle):
 		return "lock cycle: " + cycle.Path
 	case errors.As(err, &conf):
-		return fmt.Sprintf("entry id %s already names another request (other keys, limits or lineage); an entry id names one request: choose another --id", conf.ID)
+		return fmt.Sprintf("entry id %s already names another request (other keys, limits, rates, costs or lineage); an entry id names one request: choose another --id", conf.ID)
 	case errors.As(err, &lim):
+		// MaxLimit is what a lane bounded by its rate alone is sent with.
+		switch {
+		case lim.Recorded == lanes.MaxLimit:
+			return fmt.Sprintf("key %q is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit %d (pass --rate without --limit)", lim.Key, lim.Requested)
+		case lim.Requested == lanes.MaxLimit:
+			return fmt.Sprintf("key %q is held or awaited with limit %d; this request names none (a rate alone) (pass --limit %d)", lim.Key, lim.Recorded, lim.Recorded)
+		}
 		return fmt.Sprintf("key %q is held or awaited with limit %d; this request names %d (pass --limit %d)", lim.Key, lim.Recorded, lim.Requested, lim.Recorded)
 	case errors.As(err, &rm):
 		if rm.Recorded.IsZero() {

@@ -43,11 +43,13 @@ type lockOptions struct {
 
 	limit int
 	// rate lanes: --rate N/s|N/m|N/h (zero: none) and --cost; limitSet:
-	// --limit was given (with --rate alone, the rate is the only bound)
+	// --limit was given (with --rate alone, the rate is the only bound);
+	// costSet: --cost was given
 	rate     lanes.Rate
 	rateFlag string
 	cost     int
 	limitSet bool
+	costSet  bool
 	ttl      time.Duration
 	wait     time.Duration
 	id       string
@@ -119,6 +121,7 @@ SIGINT, SIGTERM, SIGHUP or SIGQUIT while waiting leaves the queue and exits
 with CMD's status.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			o.limitSet = cmd.Flags().Changed("limit")
+			o.costSet = cmd.Flags().Changed("cost")
 			return o.complete(args, cmd.ArgsLenAtDash())
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -239,7 +242,7 @@ func (o *lockOptions) request() lanes.Request {
 // completeRate reads --rate and checks --cost against it.
 func (o *lockOptions) completeRate() error {
 	switch {
-	case o.rateFlag == "" && o.cost != 0:
+	case o.rateFlag == "" && (o.cost != 0 || o.costSet):
 		return usageErrorf("--cost %d needs --rate", o.cost)
 	case o.rateFlag == "":
 		return nil
@@ -248,7 +251,7 @@ func (o *lockOptions) completeRate() error {
 	if err != nil {
 		return usageErrorf("--rate: %s", describe(err))
 	}
-	if o.cost < 0 || o.cost > r.Limit {
+	if o.cost < 0 || o.cost > r.Limit || (o.costSet && o.cost == 0) {
 		return usageErrorf("--cost must be 1 to %d (the rate's limit), got %d", r.Limit, o.cost)
 	}
 	o.rate = r

@@ -73,16 +73,12 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "RATE KEY") || !strings.Contains(out, "3/5") {
 			t.Errorf("status tpm = %d, %q; want a rate table with 3/5 spent", code, out)
 		}
-		// Another rate on a key in use (held meanwhile), a cost above the
-		// rate, a bad rate.
-		holder := startBin(t, s.args("lock", "--rate", "5/m", "tpm", "--", "sleep", "30")...)
-		eventually(t, "the holder holds tpm", func() bool {
-			for _, k := range s.inspect(t).Keys {
-				if k.Key == "tpm" && len(k.Holders) == 1 {
-					return true
-				}
-			}
-			return false
+		// Another rate on a key in use (a holder carries 5/m), a cost above
+		// the rate, a bad rate.
+		holder := startBin(t, s.args("lock", "--rate", "5/m", "tpm", "--", "sleep", "60")...)
+		eventually(t, "a lock with --rate 5/m holds tpm", func() bool {
+			ks := s.inspect(t).Keys
+			return len(ks) == 1 && len(ks[0].Holders) == 1
 		})
 		for _, tc := range []struct {
 			args []string
@@ -91,6 +87,11 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		}{
 			{[]string{"lock", "--rate", "9/m", "tpm", "--", "true"}, exitUsage, "pass --rate 5/m"},
 			{[]string{"lock", "--rate", "5/m", "--cost", "6", "tpm", "--", "true"}, exitUsage, "--cost must be 1 to 5"},
+			// Regression (review of rate lanes, finding 4): --cost 0 is
+			// refused as the message says; a rate-only key's limit is not
+			// shown as its internal MaxLimit.
+			{[]string{"lock", "--rate", "5/m", "--cost", "0", "tpm", "--", "true"}, exitUsage, "--cost must be 1 to 5 (the rate's limit), got 0"},
+			{[]string{"lock", "--rate", "5/m", "--limit", "2", "tpm", "--", "true"}, exitUsage, `key "tpm" is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit 2 (pass --rate without --limit)`},
 			{[]string{"lock", "--rate", "5/fortnight", "tpm", "--", "true"}, exitUsage, "--rate"},
 			{[]string{"lock", "--cost", "2", "tpm", "--", "true"}, exitUsage, "--cost 2 needs --rate"},
 		} {
@@ -102,6 +103,10 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		holder.signal(t, syscall.SIGTERM)
 		if code := holder.wait(t); code != 128+int(syscall.SIGTERM) {
 			t.Errorf("the holder exited %d; want %d (its command ended by SIGTERM)", code, 128+int(syscall.SIGTERM))
+		}
+		// Idle again: the units spent bind no one; 9/m counts them (4 of 9).
+		if code, _, stderr := runBin(t, s.args("lock", "--try", "--rate", "9/m", "--cost", "5", "tpm", "--", "true")...); code != 0 {
+			t.Errorf("lock --try --rate 9/m --cost 5 on idle tpm with 4 units spent = %d, %q; want 0", code, stderr)
 		}
 		s.assertEmpty(t)
 	})

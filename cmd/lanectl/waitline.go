@@ -120,7 +120,7 @@ func keyWaitText(snap *lanes.Snapshot, id, key string) string {
 			return "granted"
 		}
 	}
-	return place + ", " + holdText(snap, ks)
+	return place + ", " + holdText(snap, ks, ownRate(ks, id))
 }
 
 // takenText says why a request for keys cannot be granted now, for `lock
@@ -132,7 +132,7 @@ func takenText(snap *lanes.Snapshot, id string, keys []string) string {
 		if ks == nil {
 			continue
 		}
-		text := holdText(snap, ks)
+		text := holdText(snap, ks, ownRate(ks, id))
 		ahead := 0
 		for _, w := range ks.Waiters {
 			if w.ID == id {
@@ -161,9 +161,16 @@ func keyState(snap *lanes.Snapshot, key string) *lanes.KeyState {
 
 // holdText says who holds a key (its first holder, when the limit allows
 // more), for how long, and how much of the lease is left.
-func holdText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
+func holdText(snap *lanes.Snapshot, ks *lanes.KeyState, own lanes.Rate) string {
+	rate := rateText(snap, ks, own)
 	if len(ks.Holders) == 0 {
+		if rate != "" {
+			return "no holder, held back by the " + rate
+		}
 		return "no holder yet"
+	}
+	if rate != "" {
+		rate = ", " + rate
 	}
 	h := ks.Holders[0] // the longest held
 	who := owner(h.Owner.Host, h.Owner.PID)
@@ -174,7 +181,39 @@ func holdText(snap *lanes.Snapshot, ks *lanes.KeyState) string {
 	if ks.Limit > 1 || len(ks.Holders) > 1 {
 		held = fmt.Sprintf("held by %d of %d, the longest by %s", len(ks.Holders), ks.Limit, who)
 	}
-	return fmt.Sprintf("%s for %s, lease left %s", held, humanDuration(snap.Time.Sub(h.Granted)), humanDuration(h.Expires.Sub(snap.Time)))
+	return fmt.Sprintf("%s for %s, lease left %s%s", held, humanDuration(snap.Time.Sub(h.Granted)), humanDuration(h.Expires.Sub(snap.Time)), rate)
+}
+
+// rateText says what a key's rate has spent and when its next unit frees,
+// "" when it has no rate or nothing spent. own is the rate the waiting
+// entry names: on an idle key it may differ from the one the key's last
+// grants spent under, which the window is counted by.
+func rateText(snap *lanes.Snapshot, ks *lanes.KeyState, own lanes.Rate) string {
+	w := ks.Rate
+	if w == nil || w.Spent == 0 || w.NextFree.IsZero() {
+		return ""
+	}
+	if !own.IsZero() && own != w.Rate {
+		// The window is counted by w.Rate: its times say nothing of own's.
+		return fmt.Sprintf("rate %s (the units the key's last grants spent under %s count within its window)", own, w.Rate)
+	}
+	return fmt.Sprintf("rate %s: %d of %d units spent, the next frees in %s", w.Rate, w.Spent, w.Rate.Limit, humanDuration(w.NextFree.Sub(snap.Time)))
+}
+
+// ownRate returns the rate entry id names for ks's key, zero when it
+// names none or does not wait there.
+func ownRate(ks *lanes.KeyState, id string) lanes.Rate {
+	for _, w := range ks.Waiters {
+		if w.ID != id {
+			continue
+		}
+		for _, l := range w.Lanes {
+			if l.Key == ks.Key {
+				return l.Rate
+			}
+		}
+	}
+	return lanes.Rate{}
 }
 
 // entryWhat names what an entry runs, for people: the command of a `lanectl

@@ -109,6 +109,14 @@ func TestWaitText(t *testing.T) {
 		{Key: "report", Limit: 1, Holders: []lanes.Holder{holder("c", "h", 1, "edit", "call-9", 3100*time.Millisecond, 6900*time.Millisecond)},
 			Waiters: []lanes.Waiter{waiter("me", 1)}},
 		{Key: "queue", Limit: 1, Waiters: []lanes.Waiter{waiter("y", 1), waiter("me", 2)}},
+		{Key: "switch", Limit: lanes.MaxLimit, Waiters: []lanes.Waiter{{Entry: lanes.Entry{ID: "me",
+			Lanes: []lanes.Lane{{Key: "switch", Limit: lanes.MaxLimit, Rate: lanes.Rate{Limit: 3, Per: time.Second}, Cost: 3}}}, Position: 1}},
+			Rate: &lanes.RateWindow{Rate: lanes.Rate{Limit: 100, Per: time.Hour}, Spent: 10, NextFree: now.Add(time.Hour)}},
+		{Key: "api", Limit: lanes.MaxLimit, Waiters: []lanes.Waiter{waiter("me", 1)},
+			Rate: &lanes.RateWindow{Rate: lanes.Rate{Limit: 5, Per: time.Hour}, Spent: 5, NextFree: now.Add(12 * time.Minute)}},
+		{Key: "llm", Limit: 1, Holders: []lanes.Holder{holder("d", "h", 2, "ask", "call-3", 2*time.Second, 8*time.Second)},
+			Waiters: []lanes.Waiter{waiter("me", 1)},
+			Rate:    &lanes.RateWindow{Rate: lanes.Rate{Limit: 10, Per: time.Second}, Spent: 3, NextFree: now.Add(400 * time.Millisecond)}},
 	}}
 	for _, tt := range []struct {
 		keys []string
@@ -117,6 +125,11 @@ func TestWaitText(t *testing.T) {
 		{[]string{"report"}, "lanectl: waiting 4.2s for report: 1st in line, held by h:1 (edit call-9) for 3.1s, lease left 6.9s"},
 		{[]string{"gpu", "free"}, "lanectl: waiting 4.2s for gpu: 2nd in line, held by 2 of 2, the longest by build-7:42 (make) for 1m3s, lease left 8.2s; free: free"},
 		{[]string{"queue"}, "lanectl: waiting 4.2s for queue: 2nd in line, no holder yet"},
+		// Regression (review of rate lanes, finding 4): held back by a rate,
+		// the line says so and when the next unit frees, not "no holder yet".
+		{[]string{"api"}, "lanectl: waiting 4.2s for api: 1st in line, no holder, held back by the rate 5/h: 5 of 5 units spent, the next frees in 12m0s"},
+		{[]string{"switch"}, "lanectl: waiting 4.2s for switch: 1st in line, no holder, held back by the rate 3/s (the units the key's last grants spent under 100/h count within its window)"},
+		{[]string{"llm"}, "lanectl: waiting 4.2s for llm: 1st in line, held by h:2 (ask call-3) for 2s, lease left 8s, rate 10/s: 3 of 10 units spent, the next frees in 400ms"},
 	} {
 		if got := waitText(snap, "me", tt.keys, 4200*time.Millisecond); got != tt.want {
 			t.Errorf("waitText(%q) =\n%q; want\n%q", tt.keys, got, tt.want)

@@ -105,6 +105,8 @@ var rateTests = []struct {
 	{"RateWithConcurrency", testRateWithConcurrency},
 	{"RatesAgree", testRatesAgree},
 	{"RateSessionWakesAtWindow", testRateSessionWakesAtWindow},
+	{"RateSwitchDecidesRateFirst", testRateSwitchDecidesRateFirst},
+	{"RateLeftoverLogBindsNoOne", testRateLeftoverLogBindsNoOne},
 }
 
 func run(t *testing.T, h Harness, tests []struct {

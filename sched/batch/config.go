@@ -436,6 +436,11 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (too
 	}
 	if f := at(k, "cost"); p.has(f) {
 		t.Cost = p.cost(f, tt.Cost)
+		// A fixed cost above the rate's limit could never be granted:
+		// refused at load, not at every call.
+		if n, ok := p.value(f, tt.Cost).(int64); ok && t.Rate != nil && n > int64(t.Rate.Limit) {
+			p.fail(f, "%d is above the limit of the rate of key %q, %d: a call could never be granted", n, t.Rate.Key, t.Rate.Limit)
+		}
 	}
 	if f := at(k, "safe"); p.has(f) {
 		if b, ok := p.bool(f, tt.Safe); ok {

@@ -363,3 +363,32 @@ func TestREADMEExampleParses(t *testing.T) {
 		}
 	}
 }
+
+// Regression (review of rate lanes, finding 4): a fixed cost above its
+// rate's limit fails the load, not every call; a rate-only tool beside a
+// concurrency limit on the same key is named as having none.
+func TestParseConfigRateCostAndLimitWords(t *testing.T) {
+	for _, tt := range []struct{ name, toml, want string }{
+		{"cost above the rate", `
+[tools.ask]
+command = ["true"]
+rate = { key = "p", limit = 10, per = "1s" }
+cost = 11
+`, `tools.ask.cost: 11 is above the limit of the rate of key "p", 10`},
+		{"rate alone beside a limit", `
+[tools.a]
+command = ["true"]
+rate = { key = "p", limit = 2, per = "2s" }
+[tools.b]
+command = ["true"]
+concurrency = { key = "p", limit = 3 }
+`, `a says 0 (no concurrency limit), b says 3`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := batch.ParseConfig([]byte(tt.toml), t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig() = %v; want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -403,7 +403,6 @@ for i, r in ipairs(reqs) do
         for _, a in ipairs(r.l or {}) do
           redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
         end
-        for _, kl in ipairs(r.k) do rate_note(kl) end -- rate lanes
         for a in pairs(lenders) do
           redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
           local lender = load(a)

@@ -380,24 +380,32 @@ end
 -- Rate lanes (issue 15). A lane {key, limit, rate limit, window ms, cost}
 -- (the last three absent without a rate) spends cost units of its key's
 -- rate at each grant: at most rate limit units in any window of that many
--- ms. Each rate key keeps a sliding log of (grant ms, cost), oldest first,
+-- ms. Each rate key keeps a sliding log of (grant µs, cost), oldest first,
 -- in the lanes hash under "\1" .. key (a lane key holds no control
--- character, so the two never mix): "<rate limit> <window ms> <ms> <cost>
--- ...". A pair leaves the log once its ms plus the window is past; past
--- RATE_LOG_MAX pairs the two oldest merge into one at the later ms (its
--- units leave later than they would: the bound holds, more strictly). The
--- log lives while the key has holders or waiters or units in the window;
--- while it has holders or waiters it names the key's rate (one key, one
--- rate), and a request on an idle key may name another, under which the
--- units still in the window count. It is not part
+-- character, so the two never mix): "<rate limit> <window ms> <µs> <cost>
+-- ...", the rate of the key's last grant. A pair counts against a rate
+-- while its µs plus that rate's window is at or after NOW_US (TIME
+-- truncates to the µs: counting the last µs too makes the bound exact for
+-- any real window of the rate's length); a write drops the
+-- pairs past the log's own window; past RATE_LOG_MAX pairs the two oldest
+-- merge into one at the later µs (its units leave later than they would:
+-- the bound holds, more strictly). The log lives while the key has holders
+-- or waiters or units in the window, and binds no one by itself: while the
+-- key has holders or waiters its rate is the one they carry (one key, one
+-- rate), and a request on an idle key may name another, decided before the
+-- room under it, under which the pairs within its window count. It is not part
 -- of the epoch's state: a reset keeps it, as it keeps the fencing tokens.
 -- On a rate key grants go strictly in FIFO order: only the head of the
 -- key's queue may be granted it.
 
 local function rfield(key) return '\1' .. key end
 
--- rget returns key's rate log {lim, per, u = {{ms, cost}, ...}, spent},
--- pruned at NOW, or false when key has none.
+-- rget returns key's rate log {lim, per, u = {{µs, cost}, ...}}, as
+-- stored: its units are counted against the window of the rate a lane
+-- names (rate_spent), so that a new rate on an idle key counts every unit
+-- the log holds within its own window. A log holding units past its own
+-- window is marked to be written pruned (rate_flush). false when key has
+-- none.
 local function rget(key)
   local r = RATES[key]
   if r ~= nil then return r end
@@ -407,64 +415,77 @@ local function rget(key)
     local n = {}
     for d in string.gmatch(raw, '%d+') do n[#n + 1] = tonumber(d) end
     if #n >= 2 then
-      local per = n[2]
-      r = {lim = n[1], per = per, u = {}, spent = 0}
-      for i = 3, #n - 1, 2 do
-        if n[i] + per > NOW then
-          r.u[#r.u + 1] = {n[i], n[i + 1]}
-          r.spent = r.spent + n[i + 1]
-        else
-          RDIRTY[key] = true
-        end
-      end
+      r = {lim = n[1], per = n[2], u = {}}
+      for i = 3, #n - 1, 2 do r.u[#r.u + 1] = {n[i], n[i + 1]} end
+      if #r.u > 0 and r.u[1][1] + r.per * 1000 < NOW_US then RDIRTY[key] = true end
     end
   end
   RATES[key] = r
   return r
 end
 
--- rate_recorded returns the rate limit and window key is in use with
--- while it has holders or waiters (0 0: none), or nil when it is idle and
--- free to take any (as limits, DESIGN.md invariant 9).
-local function rate_recorded(key)
-  if idle(kget(key)) then return nil end
-  local r = rget(key)
-  if r then return r.lim, r.per end
-  return 0, 0
+-- rate_spent returns the units of the log r granted within the window of
+-- per ms that ends at NOW_US (its last µs included), and the index of the
+-- oldest of them.
+local function rate_spent(r, per)
+  local spent, first = 0, #r.u + 1
+  for i = #r.u, 1, -1 do
+    if r.u[i][1] + per * 1000 < NOW_US then break end
+    spent, first = spent + r.u[i][2], i
+  end
+  return spent, first
 end
 
--- rate_note records the rate of lane kl for its key.
-local function rate_note(kl)
-  if not kl[3] then return end
-  local r = rget(kl[1])
-  if not r or r.lim ~= kl[3] or r.per ~= kl[4] then
-    RATES[kl[1]] = {lim = kl[3], per = kl[4], u = r and r.u or {}, spent = r and r.spent or 0}
-    RDIRTY[kl[1]] = true
+-- rate_recorded returns the rate limit and window key is in use with
+-- while it has holders or waiters: the rate they carry (they all agree;
+-- 0 0: none, whatever units the log keeps), or nil when it is idle, or
+-- none of them has a record, and free to take any (as limits, DESIGN.md
+-- invariant 9).
+local function rate_recorded(key)
+  local kr = kget(key)
+  if idle(kr) then return nil end
+  local function rate_of(id)
+    local e = id and load(id)
+    if not e then return nil end
+    for _, kl in ipairs(e.k) do
+      if kl[1] == key then return kl[3] or 0, kl[4] or 0 end
+    end
   end
+  for i = 1, math.min(#kr.h, 3) do
+    local lim, per = rate_of(kr.h[i])
+    if lim then return lim, per end
+  end
+  if kr.w > 0 then
+    local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, 1)[1]
+    return rate_of(m and string.match(string.sub(m, #key + 2), '^%d+%z(.+)$'))
+  end
+  return nil
 end
 
 -- rate_room reports whether lane kl's rate lets an entry with ahead
 -- entries queued before it on kl's key be granted now: none ahead, and
--- its cost fits in the window.
+-- its cost fits in the window of kl's rate (the one in force: on an idle
+-- key the request's own, not the one the log was last written with). It
+-- changes nothing.
 local function rate_room(kl, ahead)
   if not kl[3] then return true end
   if ahead > 0 then return false end
   local r = rget(kl[1])
-  return not r or r.spent + kl[5] <= r.lim
+  return not r or rate_spent(r, kl[4]) + kl[5] <= kl[3]
 end
 
 -- rate_spend spends the cost of each rate lane the granted entry e holds
--- in its own right, at NOW.
+-- in its own right, at NOW_US, under kl's rate.
 local function rate_spend(e, kl)
   if not kl[3] then return end
   local key = kl[1]
   local r = rget(key)
   if not r then
-    r = {lim = kl[3], per = kl[4], u = {}, spent = 0}
+    r = {lim = kl[3], per = kl[4], u = {}}
     RATES[key] = r
   end
-  r.u[#r.u + 1] = {NOW, kl[5]}
-  r.spent = r.spent + kl[5]
+  r.lim, r.per = kl[3], kl[4]
+  r.u[#r.u + 1] = {NOW_US, kl[5]}
   if #r.u > RATE_LOG_MAX then
     r.u[2][2] = r.u[2][2] + r.u[1][2]
     table.remove(r.u, 1)
@@ -473,26 +494,29 @@ local function rate_spend(e, kl)
 end
 
 -- rate_wait returns, for the waiting entry e, how many ms from NOW a rate
--- it waits for could have room: at the head of a key's queue, when its
--- cost fits; behind it, when the next units leave the window. 0 when no
--- rate holds it back.
+-- it waits for could have room (rounded up): at the head of a key's queue,
+-- when its cost fits; behind it, when the next units leave the window. 0
+-- when no rate holds it back. A pair of µs t leaves a window of per ms at
+-- t + per * 1000 + 1.
 local function rate_wait(e)
   local wait = 0
   for _, kl in ipairs(e.k) do
     local r = kl[3] and not (e.r and e.r[kl[1]]) and rget(kl[1])
-    if r and #r.u > 0 then
-      local at = r.u[1][1] + r.per
+    local spent, first = 0, 1
+    if r then spent, first = rate_spent(r, kl[4]) end
+    if r and first <= #r.u then
+      local at = r.u[first][1] + kl[4] * 1000 + 1
       local ahead = redis.call('ZLEXCOUNT', K_QUEUE, lo(kl[1]), '(' .. qmember(kl[1], e.q, e.id))
       if ahead == 0 then
-        local over = r.spent + kl[5] - r.lim
-        at = NOW
-        for _, u in ipairs(r.u) do
+        local over = spent + kl[5] - kl[3]
+        at = NOW_US
+        for i = first, #r.u do
           if over <= 0 then break end
-          over = over - u[2]
-          at = u[1] + r.per
+          over = over - r.u[i][2]
+          at = r.u[i][1] + kl[4] * 1000 + 1
         end
       end
-      wait = math.max(wait, at - NOW)
+      wait = math.max(wait, math.ceil((at - NOW_US) / 1000))
     end
   end
   return wait
@@ -503,14 +527,24 @@ end
 local function rate_view(key)
   local r = rget(key)
   if not r then return {} end
-  return {r.lim, r.per, r.spent, #r.u > 0 and r.u[1][1] + r.per or 0}
+  local spent, first = rate_spent(r, r.per)
+  return {r.lim, r.per, spent, first <= #r.u and math.ceil((r.u[first][1] + r.per * 1000 + 1) / 1000) or 0}
 end
 
--- rate_flush writes the rate logs that changed; a log left empty on an
--- idle key is removed.
+-- rate_flush writes the rate logs that changed, without the units past
+-- the window of the rate they were last written with; a log left empty on
+-- an idle key is removed.
 local function rate_flush()
   for key in pairs(RDIRTY) do
     local r = RATES[key]
+    if r then
+      local _, first = rate_spent(r, r.per)
+      if first > 1 then
+        local u = {}
+        for i = first, #r.u do u[#u + 1] = r.u[i] end
+        r.u = u
+      end
+    end
     if r and (#r.u > 0 or not idle(kget(key))) then
       local parts = {r.lim, r.per}
       for _, u in ipairs(r.u) do
