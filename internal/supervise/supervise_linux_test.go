@@ -678,3 +678,44 @@ while [ ! -s "$0/polite.pid" ] || [ ! -s "$0/stubborn.pid" ]; do sleep 0.01; don
 		}
 	}
 }
+
+// TestRunnerKilledDuringTheGraceEndsIt: a runner killed while what its
+// command left behind has its grace (the command exited; the leftover
+// ignores SIGTERM) takes the leftover at once, as when it dies while the
+// command runs: no lease covers the leftover any more. The grace is a
+// minute here, far longer than the test waits.
+func TestRunnerKilledDuringTheGraceEndsIt(t *testing.T) {
+	dir := t.TempDir()
+	stubborn := script(t, dir, "stubborn", `trap '' TERM
+echo $$ > "$1/stubborn.pid"
+while :; do sleep 0.01; done`)
+	r := exec.Command(os.Args[0], "sh", "-c", `"$1" "$0" &
+while [ ! -s "$0/stubborn.pid" ]; do sleep 0.01; done
+touch "$0/exiting"`, dir, stubborn)
+	r.Env = append(os.Environ(), runnerEnv+"=supervised", graceEnv+"=1m", "GORACE=atexit_sleep_ms=0")
+	r.Stdout, r.Stderr = os.Stdout, os.Stderr
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = r.Process.Kill()
+		_ = r.Wait()
+	})
+	if !waitUntil(10*time.Second, func() bool {
+		return fileExists(filepath.Join(dir, "exiting")) && pidIn(filepath.Join(dir, "stubborn.pid")) > 0
+	}) {
+		t.Fatal("the command did not start its leftover and exit")
+	}
+	p := pidIn(filepath.Join(dir, "stubborn.pid"))
+	killOnCleanup(t, p)
+	_ = r.Process.Signal(syscall.SIGKILL)
+	_ = r.Wait()
+	if !waitUntil(10*time.Second, func() bool { return dead(p) }) {
+		t.Errorf("the leftover (%d) still runs 10s after its runner was killed in its minute of grace; want it killed at once", p)
+	}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

@@ -149,10 +149,19 @@ func init() {
 // then), then SIGKILL; leftoverLimit bounds the whole stop before the
 // supervisor passes the command's status on. The runner still holds the
 // lease meanwhile: nothing the command started outlives it.
+// If the runner dies during the grace (its lifeline closes), the grace
+// ends at once: SIGKILL, as when it dies while the command runs, since
+// nothing holds the lease any more.
 const (
 	leftoverGrace = time.Second
 	leftoverLimit = 2 * time.Second
 )
+
+// graceEnv, when set to a duration, replaces leftoverGrace (and grows
+// leftoverLimit with it): for the tests, which need a grace longer than
+// anything they wait for, to tell "ended at once" from "ended with the
+// grace".
+const graceEnv = "LANES_SUPERVISOR_GRACE"
 
 // supervisor is the supervisor's whole life: it runs the command at path
 // with argv, the lifeline at fd, and exits as the command did. It never
@@ -228,8 +237,12 @@ func supervisor(fd int, path string, argv []string) {
 		sweep(r, time.Minute)
 		syscall.Exit(1)
 	case ws := <-r.exited:
-		if !terminate(r, leftoverGrace) {
-			sweep(r, leftoverLimit-leftoverGrace)
+		grace, limit := leftoverGrace, leftoverLimit
+		if d, err := time.ParseDuration(os.Getenv(graceEnv)); err == nil && d > 0 {
+			grace, limit = d, d+leftoverLimit-leftoverGrace
+		}
+		if !terminate(r, grace, orphaned) {
+			sweep(r, limit-grace)
 		}
 		passOn(ws)
 	}
@@ -316,8 +329,9 @@ func (r *reaper) killGroup() {
 
 // terminate sends SIGTERM to the supervisor's children (what the command
 // left running, adopted, in its group or not) and waits up to grace for
-// them to exit. It reports whether none is left.
-func terminate(r *reaper, grace time.Duration) bool {
+// them to exit, or until orphaned closes (the runner died: no lease covers
+// them now). It reports whether none is left.
+func terminate(r *reaper, grace time.Duration, orphaned <-chan struct{}) bool {
 	select {
 	case <-r.none:
 		return true
@@ -332,6 +346,8 @@ func terminate(r *reaper, grace time.Duration) bool {
 	case <-r.none:
 		return true
 	case <-deadline.C:
+		return false
+	case <-orphaned:
 		return false
 	}
 }
