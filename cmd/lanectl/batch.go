@@ -161,6 +161,10 @@ func (o *batchOptions) complete() error {
 
 func (o *batchOptions) run(cmd *cobra.Command) error {
 	ctx := cmd.Context()
+	// SIGUSR1 is heard from here on, also while the tools load and Redis
+	// answers: one that comes before the run pauses it before any call.
+	pause, stopPause := pauseOnSIGUSR1()
+	defer stopPause()
 	// A batch started by a tool or a lock command runs nested under it
 	// (DESIGN.md invariant 10): its calls re-enter the lanes their parent
 	// holds, and a cycle fails at once.
@@ -229,8 +233,6 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		return &exitError{code: exitDataErr, err: fmt.Errorf("%s: %w", o.tools, err)}
 	}
 
-	pause, stopPause := pauseOnSIGUSR1()
-	defer stopPause()
 	opts := sched.Options{RunID: o.runID, Tenant: o.tenant, Pause: pause}
 	start := time.Now()
 	if o.events {
