@@ -121,7 +121,7 @@ func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
 		return o.global.unavailable(err)
 	}
 	if o.global.json {
-		if err := (jsonPrinter{cmd.OutOrStdout()}).write(r); err != nil {
+		if err := (jsonPrinter{cmd.OutOrStdout()}).write(newDoctorView(r)); err != nil {
 			return err
 		}
 	} else if err := writeReport(cmd.OutOrStdout(), r); err != nil {
@@ -178,4 +178,23 @@ func (o *doctorOptions) runGC(cmd *cobra.Command) error {
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "removed %d expired entries from namespace %s\n", n, o.global.namespace)
 	return err
+}
+
+// doctorView is what `doctor --json` prints: the report with the field
+// names of lanectl's other JSON, and lists that are never null.
+type doctorView struct {
+	Namespace string   `json:"namespace"`
+	Epoch     string   `json:"epoch"`
+	OK        bool     `json:"ok"`
+	Missing   []string `json:"missing"`
+	Legacy    []string `json:"legacy"`
+	Problems  []string `json:"problems"`
+	Repairs   []string `json:"repairs"`
+	Reaped    int      `json:"reaped"`
+}
+
+func newDoctorView(r *redislane.Report) doctorView {
+	list := func(l []string) []string { return append([]string{}, l...) }
+	return doctorView{Namespace: r.Namespace, Epoch: r.Epoch, OK: r.OK(), Missing: list(r.Missing),
+		Legacy: list(r.Legacy), Problems: list(r.Problems), Repairs: list(r.Repairs), Reaped: r.Reaped}
 }

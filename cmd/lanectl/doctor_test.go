@@ -31,10 +31,14 @@ func TestDoctorAndGC(t *testing.T) {
 		}
 		code, out, _ = runInProcess(t, s.args("doctor", "--repair", "--json")...)
 		var r struct {
-			Problems, Repairs []string
+			Problems []string `json:"problems"`
+			Repairs  []string `json:"repairs"`
 		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitNotFound || len(r.Repairs) != 1 {
 			t.Fatalf("doctor --repair --json = %d, %q (%v); want the repair", code, out, err)
+		}
+		if !strings.Contains(out, `"repairs": [`) || !strings.Contains(out, `"ok": false`) || !strings.Contains(out, `"missing": []`) {
+			t.Errorf("doctor --repair --json = %s; want lower-case fields as lanectl's other JSON, lists never null", out)
 		}
 		if code, _, _ = runInProcess(t, s.args("doctor")...); code != exitOK {
 			t.Fatalf("doctor after the repair = %d; want 0", code)
