@@ -73,6 +73,9 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "RATE KEY") || !strings.Contains(out, "3/5") {
 			t.Errorf("status tpm = %d, %q; want a rate table with 3/5 spent", code, out)
 		}
+		if !strings.Contains(out, "no holders or waiters") || strings.Contains(out, "LEASE LEFT") {
+			t.Errorf("status tpm = %q; want no empty holder table for a key with only a window", out)
+		}
 		// Another rate on a key in use (a holder carries 5/m), a cost above
 		// the rate, a bad rate.
 		holder := startBin(t, s.args("lock", "--rate", "5/m", "tpm", "--", "sleep", "60")...)

@@ -99,6 +99,16 @@ func writeStatusTable(out io.Writer, v statusView) error {
 		}
 		return cells
 	}
+	entries := 0
+	for _, k := range v.Keys {
+		entries += len(k.Holders) + len(k.Waiters)
+	}
+	if entries == 0 { // only rate keys whose windows still count units
+		if _, err := fmt.Fprintln(out, "no holders or waiters"); err != nil {
+			return err
+		}
+		return writeRateTable(out, v)
+	}
 	header := []string{"KEY", "LIMIT", "STATE", "ENTRY", "TOKEN", "POS", "OWNER"}
 	if command {
 		header = append(header, "COMMAND")
