@@ -251,9 +251,9 @@ func describe(err error) string {
 		// MaxLimit is what a lane bounded by its rate alone is sent with.
 		switch {
 		case lim.Recorded == lanes.MaxLimit:
-			return fmt.Sprintf("key %q is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit %d (pass --rate without --limit)", lim.Key, lim.Requested)
+			return fmt.Sprintf("key %q is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit %d (pass its holders' --rate and no --limit: lanectl status %s shows the rate)", lim.Key, lim.Requested, lim.Key)
 		case lim.Requested == lanes.MaxLimit:
-			return fmt.Sprintf("key %q is held or awaited with limit %d; this request names none (a rate alone) (pass --limit %d)", lim.Key, lim.Recorded, lim.Recorded)
+			return fmt.Sprintf("key %q is held or awaited with limit %d; this request names none (a rate alone) (pass --limit %d, and --rate only if lanectl status %s shows one)", lim.Key, lim.Recorded, lim.Recorded, lim.Key)
 		}
 		return fmt.Sprintf("key %q is held or awaited with limit %d; this request names %d (pass --limit %d)", lim.Key, lim.Recorded, lim.Requested, lim.Recorded)
 	case errors.As(err, &rm):

@@ -94,7 +94,7 @@ func TestLockRateStatusAndErrors(t *testing.T) {
 			// refused as the message says; a rate-only key's limit is not
 			// shown as its internal MaxLimit.
 			{[]string{"lock", "--rate", "5/m", "--cost", "0", "tpm", "--", "true"}, exitUsage, "--cost must be 1 to 5 (the rate's limit), got 0"},
-			{[]string{"lock", "--rate", "5/m", "--limit", "2", "tpm", "--", "true"}, exitUsage, `key "tpm" is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit 2 (pass --rate without --limit)`},
+			{[]string{"lock", "--rate", "5/m", "--limit", "2", "tpm", "--", "true"}, exitUsage, `key "tpm" is held or awaited with no concurrency limit (a rate alone bounds it); this request names limit 2 (pass its holders' --rate and no --limit: lanectl status tpm shows the rate)`},
 			{[]string{"lock", "--rate", "5/fortnight", "tpm", "--", "true"}, exitUsage, "--rate"},
 			{[]string{"lock", "--cost", "2", "tpm", "--", "true"}, exitUsage, "--cost 2 needs --rate"},
 		} {
