@@ -50,10 +50,16 @@ type env struct {
 
 // eachBackend runs fn once per backend, as subtests.
 func eachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
+	eachBackendWith(t, nil, fn)
+}
+
+// eachBackendWith is eachBackend with more Session options, applied after
+// the defaults (a TTL of 30s, a heartbeat every 50ms).
+func eachBackendWith(t *testing.T, opts []lanes.Option, fn func(t *testing.T, e *env)) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			be := b.new(t)
-			s, err := lanes.NewSession(context.Background(), be, lanes.WithTTL(30*time.Second), lanes.WithHeartbeat(50*time.Millisecond))
+			s, err := lanes.NewSession(context.Background(), be, append([]lanes.Option{lanes.WithTTL(30 * time.Second), lanes.WithHeartbeat(50 * time.Millisecond)}, opts...)...)
 			if err != nil {
 				t.Fatal(err)
 			}

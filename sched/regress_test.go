@@ -95,7 +95,12 @@ func TestSessionCloseStopsRunningBodies(t *testing.T) {
 // lanes.MaxStepLanes lanes, failed every call: admissions are now enqueued
 // in bounded steps, in written order.
 func TestLargeAdmissionsInBoundedSteps(t *testing.T) {
-	eachBackend(t, func(t *testing.T, e *env) {
+	// Leases of 3 minutes: on miniredis under -race and a busy machine the
+	// 1,200 calls take tens of seconds, and a heartbeat of 1,200 entries
+	// queued behind them could miss a 30s TTL's deadline (a lost lease
+	// cancels its call's start record); what this test checks is the
+	// admission, not the renewal.
+	eachBackendWith(t, []lanes.Option{lanes.WithTTL(3 * time.Minute)}, func(t *testing.T, e *env) {
 		r := parallel()
 		r.MaxConcurrentTools = 1500
 		keys := func(_ context.Context, args json.RawMessage) ([]string, error) {
