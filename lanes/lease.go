@@ -318,8 +318,8 @@ func (l *Lease) markLost(cause error) {
 		return
 	}
 	l.err = cause
+	l.cancel(cause) // before Lost closes: whoever sees Lost finds the context done, with its cause
 	close(l.lost)
-	l.cancel(cause)
 	if l.span != nil {
 		endSpan(l.span, "lost", cause)
 		l.s.tel.count(l.s.tel.lost)
