@@ -113,7 +113,6 @@ local function begin(KEYS, ARGV, nkeys)
   end
   K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-  STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
   WAKE = ARGV[2]
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -177,11 +176,11 @@ local function badarg(field, what)
 end
 
 local function qmember(key, seq, id)
-  return key .. '\0' .. string.format('%016.0f', seq) .. '\0' .. id
+  return key .. '\0' .. string.format('%016d', seq) .. '\0' .. id
 end
 local function lo(key) return '[' .. key .. '\0' end
 local function hi(key) return '(' .. key .. '\1' end
-local function dec(n) return string.format('%.0f', n) end
+local function dec(n) return string.format('%d', n) end
 
 
 -- Entries: an entry record is stored without its id, the hash field
@@ -215,6 +214,10 @@ end
 -- first, once.
 local function mcall(cmd, key, list, first)
   if #list == 0 and not first then return {} end
+  if #list <= 1000 then -- one piece: the reply as it is
+    if first then return redis.call(cmd, key, first, unpack(list)) end
+    return redis.call(cmd, key, unpack(list))
+  end
   local out = {}
   if first then out[1] = false end
   local i = 1
@@ -613,12 +616,20 @@ local function reset()
 end
 
 -- read_marker parses the marker of lanes, or fails on another version.
+-- The last marker parsed, and its fields: a library's functions keep them
+-- between calls, and most steps find the marker unchanged.
+local MARKED, MARKED_AS
 local function read_marker(raw)
+  if raw == MARKED then
+    EPOCH, FROZEN, MAXTTL, TOMBS = MARKED_AS[1], MARKED_AS[2], MARKED_AS[3], MARKED_AS[4]
+    return
+  end
   local v, ep, fr, mx, tb = string.match(raw, '^(%S+) (%S+) (%d+) (%d+) (%d+)$')
   if v ~= PROTOCOL then
     return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:' .. tostring(string.match(raw, '^%S*')))
   end
   EPOCH, FROZEN, MAXTTL, TOMBS = ep, tonumber(fr), tonumber(mx), tonumber(tb)
+  MARKED, MARKED_AS = raw, {EPOCH, FROZEN, MAXTTL, TOMBS}
 end
 
 -- markers counts the state keys that hold their marker (a key that
@@ -642,6 +653,7 @@ local function full(create)
   if checked and (EPOCH or not create) then return end
   checked = true
   local n, m = markers()
+  STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
   if n == #STATE then
     if not EPOCH then return read_marker(m) end
     return
@@ -996,10 +1008,10 @@ local function scan(touched)
       local r = kget(key)
       if r.w > 0 and stale(r) then r = purge(key, touched) end
       local room = touched[key] - #r.h
-      if r.w > 0 and rget(key) then room = math.min(room, RATE_SCAN) end -- rate lanes: grants go from the head
+      if room > RATE_SCAN and r.w > 0 and rget(key) then room = RATE_SCAN end -- rate lanes: grants go from the head
       local looked, from, stop = 0, lo(key), false
       while not stop and room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
-        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, room + 100)
+        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, math.min(room, SCAN_MAX) + 2)
         if #members == 0 then break end
         for _, m in ipairs(members) do
           from = '(' .. m
@@ -1111,7 +1123,8 @@ end
 -- over by someone else (the owner asks).
 local function finish()
   flush()
-  rate_flush() -- rate lanes
+  if next(RDIRTY) then rate_flush() end -- rate lanes
+  if #granted == 0 and #told == 0 then return end
   local by, order = {}, {}
   local function add(o, msg)
     if not by[o] then
