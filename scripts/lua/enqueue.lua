@@ -240,12 +240,12 @@ local function waits_for(x)
         for j = 1, math.min(#hs, CYCLE_VISITS) do out[#out + 1] = {hs[j], 'h', key} end
         local from = hi(key)
         if not x.new then from = '(' .. qmember(key, x.q, x.id) end
-        add(redis.call('ZREVRANGEBYLEX', K_QUEUE, from, lo(key), 'LIMIT', 0, 1), 'q', key, #key + 19)
+        add(redis.call('ZREVRANGEBYLEX', K_QUEUE, from, lo(key), 'LIMIT', '0', '1'), 'q', key, #key + 19)
       end
     end
   end
   if not x.new then
-    add(redis.call('ZRANGEBYLEX', K_NESTED, lo(x.id), hi(x.id), 'LIMIT', 0, CYCLE_VISITS), 'n', '', #x.id + 2)
+    add(redis.call('ZRANGEBYLEX', K_NESTED, lo(x.id), hi(x.id), 'LIMIT', '0', dec(CYCLE_VISITS)), 'n', '', #x.id + 2)
   end
   return out
 end
@@ -353,7 +353,7 @@ for i, r in ipairs(reqs) do
       e.o, e.h, e.p = owner, host, pid
       store(e)
     end
-    redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+    redis.call('ZADD', K_DEADLINES, dec(NOW + ttl), r.id)
     out[i] = status(e, true)
   elseif settled[r.id] then
     out[i] = {r.id, 't', {'entry ' .. r.id .. ' was released before this enqueue arrived'}}
@@ -401,10 +401,10 @@ for i, r in ipairs(reqs) do
         out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
       else
         for _, a in ipairs(r.l or {}) do
-          redis.call('ZADD', K_NESTED, 0, a .. '\0' .. r.id)
+          redis.call('ZADD', K_NESTED, '0', a .. '\0' .. r.id)
         end
         for a in pairs(lenders) do
-          redis.call('ZADD', K_NESTED, 0, ' ' .. a .. '\0' .. r.id)
+          redis.call('ZADD', K_NESTED, '0', ' ' .. a .. '\0' .. r.id)
           local lender = load(a)
           if lender and not lender.b then
             lender.b = 1 -- its release ends or requeues its borrowers
@@ -417,13 +417,13 @@ for i, r in ipairs(reqs) do
           seq = seq + 1
           e.q = seq
           for _, kl in ipairs(queued) do
-            redis.call('ZADD', K_QUEUE, 0, qmember(kl[1], e.q, r.id))
+            redis.call('ZADD', K_QUEUE, '0', qmember(kl[1], e.q, r.id))
             local kr = kget(kl[1])
             kr.w, kr.l = kr.w + 1, kl[2]
             kput(kl[1])
           end
           store(e)
-          redis.call('ZADD', K_DEADLINES, NOW + ttl, r.id)
+          redis.call('ZADD', K_DEADLINES, dec(NOW + ttl), r.id)
         end
         -- A new waiter has the highest sequence number: it is last on
         -- every key it is queued on, its position that key's count.

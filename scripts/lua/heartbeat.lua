@@ -42,10 +42,11 @@ if not EPOCH then
   return {'', out, 0}
 end
 note_ttl(ttl)
-redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', NOW) -- lapsed tombstones
+redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', dec(NOW)) -- lapsed tombstones
 local all = reap()
 
 local mine, touched = {}, {}
+local dl = dec(NOW + ttl)
 for i = 5, #ARGV do
   local id = ARGV[i]
   local e = load(id)
@@ -53,7 +54,7 @@ for i = 5, #ARGV do
     if not all and not alive(id) then
       expire(e, touched) -- its deadline passed: it is not renewed
     else
-      redis.call('ZADD', K_DEADLINES, NOW + ttl, id)
+      redis.call('ZADD', K_DEADLINES, dl, id)
       mine[id] = e
       if e.s == 'w' then
         for _, kl in ipairs(e.k) do

@@ -302,7 +302,7 @@ end
 local mark_line
 -- entomb leaves a tombstone of kind ("s" or "f") for id, lapsing after ms.
 local function entomb(id, kind, ms)
-  redis.call('ZADD', K_TOMBS, NOW + ms, kind .. '\0' .. id)
+  redis.call('ZADD', K_TOMBS, dec(NOW + ms), kind .. '\0' .. id)
   if NOW + ms > TOMBS then
     TOMBS = NOW + ms
     redis.call('HSET', K_LANES, '\0', mark_line())
@@ -360,7 +360,7 @@ local function flush()
   for key in pairs(dirty) do
     local r = KREC[key]
     args[#args + 1] = key
-    args[#args + 1] = EPOCH .. ' ' .. r.l .. ' ' .. dec(r.t) .. ' ' .. r.w
+    args[#args + 1] = string.format('%s %d %d %d', EPOCH, r.l, r.t, r.w)
       .. (#r.h > 0 and ' ' .. table.concat(r.h, ' ') or '')
     if #args >= 2000 then
       redis.call('HSET', K_LANES, unpack(args))
@@ -459,7 +459,7 @@ local function rate_recorded(key)
     if lim then return lim, per end
   end
   if kr.w > 0 then
-    local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, 1)[1]
+    local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', '1')[1]
     return rate_of(m and string.match(string.sub(m, #key + 2), '^%d+%z(.+)$'))
   end
   return nil
@@ -775,10 +775,10 @@ local function grant(e, queued, dl, hint)
   end
   if not queued then
     if PUT then
-      PUT.d[#PUT.d + 1] = dl
+      PUT.d[#PUT.d + 1] = dec(dl)
       PUT.d[#PUT.d + 1] = e.id
     else
-      redis.call('ZADD', K_DEADLINES, dl, e.id)
+      redis.call('ZADD', K_DEADLINES, dec(dl), e.id)
     end
   end
   e.s, e.g, e.x = 'h', NOW, tokens
@@ -825,7 +825,7 @@ remove = function(e, touched)
         for key, a in pairs(b.r) do
           if a == e.id then
             b.r[key] = nil
-            redis.call('ZADD', K_QUEUE, 0, qmember(key, b.q, b.id))
+            redis.call('ZADD', K_QUEUE, '0', qmember(key, b.q, b.id))
             for _, kl in ipairs(b.k) do
               if kl[1] == key then
                 local r = kget(key)
@@ -847,7 +847,7 @@ remove = function(e, touched)
       for _, b in ipairs(held) do dl = math.max(dl, tonumber(redis.call('ZSCORE', K_DEADLINES, b.id) or '0')) end
       e.z = 1
       store(e)
-      redis.call('ZADD', K_DEADLINES, dl, e.id)
+      redis.call('ZADD', K_DEADLINES, dec(dl), e.id)
       return
     end
   end
@@ -926,7 +926,7 @@ end
 -- ended).
 local function expire(e, touched)
   if not ended(e) then -- an ended lease was counted as revoked, or released
-    redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', 1)
+    redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', '1')
   end
   expired = expired + 1
   remove(e, touched)
@@ -1011,7 +1011,7 @@ local function scan(touched)
       if room > RATE_SCAN and r.w > 0 and rget(key) then room = RATE_SCAN end -- rate lanes: grants go from the head
       local looked, from, stop = 0, lo(key), false
       while not stop and room > 0 and r.w > 0 and FROZEN <= NOW and looked < SCAN_MAX and budget > 0 do
-        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', 0, math.min(room, SCAN_MAX) + 2)
+        local members = redis.call('ZRANGEBYLEX', K_QUEUE, from, hi(key), 'LIMIT', '0', dec(math.min(room, SCAN_MAX) + 2))
         if #members == 0 then break end
         for _, m in ipairs(members) do
           from = '(' .. m
@@ -1064,8 +1064,10 @@ end
 -- expiring returns the ids whose deadline passed (at most REAP_MAX), from
 -- the one query that also says the deadlines key is whole (its marker,
 -- scored -inf, comes first). whole is false when it is not.
+local REAP_LIMIT -- REAP_MAX + 1 as an argument, made at the first call
 local function expiring()
-  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', NOW, 'LIMIT', 0, REAP_MAX + 1)
+  REAP_LIMIT = REAP_LIMIT or dec(REAP_MAX + 1)
+  local ids = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', dec(NOW), 'LIMIT', '0', REAP_LIMIT)
   if ids[1] ~= '\0' then return {}, false end
   table.remove(ids, 1)
   return ids, true
