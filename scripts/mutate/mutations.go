@@ -191,7 +191,7 @@ var mutations = []Mutation{
 		Name: "core/heartbeat-waiters",
 		What: "a heartbeat renews holders only: a live waiter is evicted (invariant 6)",
 		Edits: []Edit{
-			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', K_DEADLINES, NOW + ttl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', K_DEADLINES, NOW + ttl, id) end`},
+			{File: "scripts/lua/heartbeat.lua", Old: `      redis.call('ZADD', K_DEADLINES, dl, id)`, New: `      if e.s == 'h' then redis.call('ZADD', K_DEADLINES, dl, id) end`},
 			{File: "lanes/memory.go", Old: `			e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
 			if !e.held {`, New: `			if e.held {
 				e.deadline = st.now.Add(ttl.Truncate(time.Millisecond))
