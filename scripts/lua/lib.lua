@@ -127,7 +127,9 @@ end
 
 -- Input checks, the same rules as package lanes.
 local function utf8_ok(s)
-  -- valid UTF-8 without control characters (C0, DEL, C1)
+  -- valid UTF-8 without control characters (C0, DEL, C1); printable ASCII
+  -- is, and an anchored pattern says so at the least cost
+  if string.find(s, '^[\32-\126]*$') then return true end
   if string.find(s, '[%z\1-\31\127]') then return false end
   if not string.find(s, '[\128-\255]') then return true end
   local i, n = 1, #s
@@ -156,7 +158,7 @@ local function utf8_ok(s)
 end
 -- ids: 1 to MAX_ID_LEN bytes of printable ASCII without spaces
 local function id_ok(v)
-  return type(v) == 'string' and #v >= 1 and #v <= MAX_ID_LEN and not string.find(v, '[^\33-\126]')
+  return type(v) == 'string' and #v >= 1 and #v <= MAX_ID_LEN and string.find(v, '^[\33-\126]+$') ~= nil
 end
 local function key_ok(v)
   return type(v) == 'string' and #v >= 1 and #v <= MAX_KEY_LEN and utf8_ok(v)
