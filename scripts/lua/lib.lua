@@ -98,6 +98,7 @@ local PENDING
 -- writes put off by a lean enqueue (putoff): entry records and deadlines,
 -- issued by flush in one command per key
 local PUT
+local PURGED -- keys whose holders this step checked for expired ones (purge)
 local RATES, RDIRTY, RSPENT -- rate logs read; rate keys whose log changed; rate keys a grant spent on
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
@@ -121,7 +122,7 @@ local function begin(KEYS, ARGV, nkeys)
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
-  PENDING, PUT = nil, nil
+  PENDING, PUT, PURGED = nil, nil, {}
   RATES, RDIRTY, RSPENT = {}, {}, {}
 end
 
@@ -944,7 +945,8 @@ end
 -- never counted once its lease ran out), and notes what that frees.
 local function purge(key, touched)
   local r = kget(key)
-  if #r.h == 0 then return r end
+  if #r.h == 0 or PURGED[key] then return r end
+  PURGED[key] = true -- within one step (one NOW), once is enough
   local dls = mcall('ZMSCORE', K_DEADLINES, r.h)
   local dead = {}
   for i, id in ipairs(r.h) do
