@@ -13,7 +13,6 @@ package redislane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -66,6 +65,7 @@ type Backend struct {
 	c       redis.UniversalClient
 	ns      string
 	keys    []string // the seven KEYS of every script, in lib.lua's order
+	keyArgs []any    // keys, boxed once for FCALL's arguments
 	wake    string   // prefix of the grant-hint channels; alone, the namespace's channel
 	tracer  otelx.Tracer
 	evictOK bool // WithEvictionAllowed
@@ -96,6 +96,10 @@ func WithPrefix(p string) Option {
 			return fmt.Errorf("%w: key prefix %q must be 1 to 64 bytes without braces or spaces", lanes.ErrInvalid, p)
 		}
 		b.keys = keyNames(p, b.ns)
+		b.keyArgs = make([]any, len(b.keys))
+		for i, k := range b.keys {
+			b.keyArgs[i] = k
+		}
 		b.wake = p + ":{" + b.ns + "}:wake:"
 		return nil
 	}
@@ -156,16 +160,6 @@ func (b *Backend) Namespace() string { return b.ns }
 // the seventh, indexes short-lived tombstones.
 func (b *Backend) Keys() []string { return append([]string(nil), b.keys...) }
 
-// wireRequest is one request as enqueue.lua reads it.
-type wireRequest struct {
-	ID      string   `json:"id"`
-	Lanes   [][]any  `json:"k"`
-	CallID  string   `json:"c,omitempty"`
-	Tool    string   `json:"t,omitempty"`
-	Tenant  string   `json:"n,omitempty"`
-	Lineage []string `json:"l,omitempty"`
-}
-
 // Enqueue implements lanes.Backend in one round trip.
 func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration, reqs []lanes.Request) ([]lanes.Status, error) {
 	if len(reqs) == 0 {
@@ -174,22 +168,7 @@ func (b *Backend) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration,
 	if err := lanes.ValidateEnqueue(o, ttl, reqs); err != nil {
 		return nil, err
 	}
-	wire := make([]wireRequest, len(reqs))
-	for i, r := range reqs {
-		w := wireRequest{ID: r.ID, CallID: r.CallID, Tool: r.Tool, Tenant: r.Tenant, Lineage: r.Lineage}
-		for _, l := range r.Lanes {
-			if l.Rate.IsZero() {
-				w.Lanes = append(w.Lanes, []any{l.Key, l.Limit})
-			} else { // rate lanes: [key, limit, rate limit, window ms, cost]
-				w.Lanes = append(w.Lanes, []any{l.Key, l.Limit, l.Rate.Limit, l.Rate.Per.Milliseconds(), max(l.Cost, 1)})
-			}
-		}
-		wire[i] = w
-	}
-	js, err := json.Marshal(wire)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", lanes.ErrInvalid, err)
-	}
+	js := appendRequests(make([]byte, 0, 64*len(reqs)), reqs)
 	v, err := b.run(ctx, enqueueScript, "enqueue", Protocol, b.wake, ttl.Milliseconds(), o.ID, o.Host, o.PID, js)
 	if err != nil {
 		return nil, b.mapErr(err)
@@ -545,16 +524,22 @@ func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, key
 // EVALSHA, with EVAL on NOSCRIPT.
 func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if b.functions.Load() >= 0 {
-		fn := lua.Function(name + ".lua")
-		v, err := b.c.FCall(ctx, fn, keys, args...).Result()
-		if err == nil || !noFunction(err) {
+		fcall := b.fcallArgs(name, keys, args)
+		v, err := b.fcall(ctx, fcall)
+		if err == nil {
+			if b.functions.Load() != 1 {
+				b.functions.Store(1)
+			}
+			return v, nil
+		}
+		if !noFunction(err) {
 			b.functions.Store(1)
 			return v, err
 		}
 		if !unknownCommand(err) {
 			lerr := b.loadLibrary(ctx, keys[0])
 			if lerr == nil {
-				v, err = b.c.FCall(ctx, fn, keys, args...).Result()
+				v, err = b.fcall(ctx, fcall)
 				if err == nil || !noFunction(err) {
 					b.functions.Store(1)
 					return v, err
@@ -571,6 +556,46 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 	}
 	return s.Run(ctx, b.c, keys, args...).Result()
 }
+
+// fcallArgs returns the arguments of FCALL of the script name's function
+// (lua.Function) on keys with args, in one slice: the namespace's own keys
+// come boxed already (b.keyArgs).
+func (b *Backend) fcallArgs(name string, keys []string, args []any) []any {
+	fn, ok := functionNames()[name]
+	if !ok {
+		fn = lua.Function(name + ".lua")
+	}
+	out := make([]any, 0, 3+len(keys)+len(args))
+	out = append(out, "fcall", fn, len(keys))
+	if len(keys) == len(b.keys) && len(keys) > 0 && &keys[0] == &b.keys[0] {
+		out = append(out, b.keyArgs...)
+	} else {
+		for _, k := range keys {
+			out = append(out, k)
+		}
+	}
+	return append(out, args...)
+}
+
+// fcall sends FCALL with args (fcallArgs), as the client's FCall does.
+func (b *Backend) fcall(ctx context.Context, args []any) (any, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	if args[2].(int) > 0 {
+		cmd.SetFirstKeyPos(3) // routes it on a cluster
+	}
+	_ = b.c.Process(ctx, cmd)
+	return cmd.Result()
+}
+
+// functionNames maps each script of lua.Scripts (without ".lua") to its
+// function's name in lua.Library.
+var functionNames = sync.OnceValue(func() map[string]string {
+	m := make(map[string]string, len(lua.Scripts))
+	for _, s := range lua.Scripts {
+		m[strings.TrimSuffix(s, ".lua")] = lua.Function(s)
+	}
+	return m
+})
 
 // noFunction reports whether err says the function could not be called:
 // not loaded, or no Functions at all.
@@ -605,6 +630,9 @@ func (b *Backend) runRetry(ctx context.Context, s *redis.Script, name string, ke
 
 // notRun reports whether err says Redis did not run the command.
 func notRun(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return false
