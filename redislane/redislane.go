@@ -65,7 +65,6 @@ type Backend struct {
 	c       redis.UniversalClient
 	ns      string
 	keys    []string // the seven KEYS of every script, in lib.lua's order
-	keyArgs []any    // keys, boxed once for FCALL's arguments
 	wake    string   // prefix of the grant-hint channels; alone, the namespace's channel
 	tracer  otelx.Tracer
 	evictOK bool // WithEvictionAllowed
@@ -99,10 +98,6 @@ func WithPrefix(p string) Option {
 			return fmt.Errorf("%w: key prefix %q must be 1 to 64 bytes without braces or spaces", lanes.ErrInvalid, p)
 		}
 		b.keys = keyNames(p, b.ns)
-		b.keyArgs = make([]any, len(b.keys))
-		for i, k := range b.keys {
-			b.keyArgs[i] = k
-		}
 		b.wake = p + ":{" + b.ns + "}:wake:"
 		return nil
 	}
@@ -663,8 +658,8 @@ func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, key
 // EVALSHA, with EVAL on NOSCRIPT.
 func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if b.functions.Load() >= 0 {
-		fcall := b.fcallArgs(name, keys, args)
-		v, err := b.fcall(ctx, fcall)
+		fn := functionName(name)
+		v, err := b.c.FCall(ctx, fn, keys, args...).Result()
 		if err == nil {
 			if b.functions.Load() != 1 {
 				b.functions.Store(1)
@@ -678,7 +673,7 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 		if !unknownCommand(err) {
 			lerr := b.loadLibrary(ctx, keys[0])
 			if lerr == nil {
-				v, err = b.fcall(ctx, fcall)
+				v, err = b.c.FCall(ctx, fn, keys, args...).Result()
 				if err == nil || !noFunction(err) {
 					b.functions.Store(1)
 					return v, err
@@ -696,34 +691,13 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 	return s.Run(ctx, b.c, keys, args...).Result()
 }
 
-// fcallArgs returns the arguments of FCALL of the script name's function
-// (lua.Function) on keys with args, in one slice: the namespace's own keys
-// come boxed already (b.keyArgs).
-func (b *Backend) fcallArgs(name string, keys []string, args []any) []any {
-	fn, ok := functionNames()[name]
-	if !ok {
-		fn = lua.Function(name + ".lua")
+// functionName returns the name of the script name's function in
+// lua.Library (lua.Function), looked up once.
+func functionName(name string) string {
+	if fn, ok := functionNames()[name]; ok {
+		return fn
 	}
-	out := make([]any, 0, 3+len(keys)+len(args))
-	out = append(out, "fcall", fn, len(keys))
-	if len(keys) == len(b.keys) && len(keys) > 0 && &keys[0] == &b.keys[0] {
-		out = append(out, b.keyArgs...)
-	} else {
-		for _, k := range keys {
-			out = append(out, k)
-		}
-	}
-	return append(out, args...)
-}
-
-// fcall sends FCALL with args (fcallArgs), as the client's FCall does.
-func (b *Backend) fcall(ctx context.Context, args []any) (any, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	if args[2].(int) > 0 {
-		cmd.SetFirstKeyPos(3) // routes it on a cluster
-	}
-	_ = b.c.Process(ctx, cmd)
-	return cmd.Result()
+	return lua.Function(name + ".lua")
 }
 
 // functionNames maps each script of lua.Scripts (without ".lua") to its
