@@ -108,6 +108,15 @@ func (b *batcher[T, R]) lead(own *batchCall[T, R]) {
 // step's span is a child of its wait) and ends when every caller's has
 // ended.
 func (b *batcher[T, R]) send(calls []*batchCall[T, R]) {
+	if len(calls) == 1 { // a caller alone: its own context is the step's
+		c := calls[0]
+		c.res, c.err = b.run(c.ctx, c.items)
+		if c.err == nil && len(c.res) != len(c.items) {
+			c.res, c.err = nil, errStepShape
+		}
+		close(c.done)
+		return
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(calls[0].ctx))
 	defer cancel()
 	live := len(calls)

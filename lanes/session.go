@@ -269,9 +269,10 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 		if err := reqs[i].Validate(); err != nil {
 			return nil, nil, err
 		}
-		if r := reqs[i]; len(r.taken()) > 0 {
-			r.Lanes = r.taken()
-			send = append(send, r)
+		if r := reqs[i]; len(r.Lanes) > 0 {
+			if r.Lanes = r.taken(); len(r.Lanes) > 0 {
+				send = append(send, r)
+			}
 		}
 	}
 	if err := ValidateStep(reqs); err != nil {
@@ -291,16 +292,18 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 		}
 	}
 	tickets := make([]*Ticket, len(reqs))
+	sendAt := 0 // send holds, in order, the requests that take a lane
 	for i, r := range reqs {
 		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent}
 		tickets[i] = &Ticket{s: s, e: e}
-		if len(r.taken()) == 0 {
+		if sendAt == len(send) || send[sendAt].ID != r.ID {
 			// Nothing to take: granted at once, and no backend entry.
 			e.finished = true
 			e.lease = newLease(s, e, nil, values)
 			close(e.ready)
 			continue
 		}
+		sendAt++
 		e.pending = true
 		e.span = s.tel.startWait(ctx, r)
 		s.track(e, sent)
@@ -371,13 +374,10 @@ func (s *Session) send(ctx context.Context, reqs []Request, first time.Time) ([]
 // apply brings the tickets of one step up to the statuses it returned.
 func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 	s.mu.Lock()
-	byID := make(map[string]*Ticket, len(tickets))
-	for _, t := range tickets {
-		byID[t.e.id] = t
-	}
+	find := ticketFinder(tickets)
 	kick, abandoned := false, []string(nil)
 	for _, st := range sts {
-		t := byID[st.ID]
+		t := find(st.ID)
 		if t == nil {
 			continue
 		}
@@ -407,6 +407,27 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 	}
 	if kick { // a hint came before this step's answer
 		s.wake()
+	}
+}
+
+// ticketFinder returns a function that finds the ticket of an id among
+// tickets: by a map when they are many, else by a scan (no map to build
+// for the usual step of one request).
+func ticketFinder(tickets []*Ticket) func(id string) *Ticket {
+	if len(tickets) > 8 {
+		byID := make(map[string]*Ticket, len(tickets))
+		for _, t := range tickets {
+			byID[t.e.id] = t
+		}
+		return func(id string) *Ticket { return byID[id] }
+	}
+	return func(id string) *Ticket {
+		for _, t := range tickets {
+			if t.e.id == id {
+				return t
+			}
+		}
+		return nil
 	}
 }
 
