@@ -6,7 +6,7 @@ BIN := bin
 # each as DIR/...: a nested module's packages are not in its parent's ./...
 MODULES = $(patsubst $(CURDIR)%,.%,$(shell $(GO) list -m -f '{{.Dir}}/...'))
 
-.PHONY: all build install image test demo demo-lock bench lint mutate clean
+.PHONY: all build install image test demo demo-lock bench luacost lint mutate clean
 
 all: build
 
@@ -63,6 +63,15 @@ BENCHFLAGS ?= -spawn
 bench:
 	$(GO) run ./bench $(BENCHFLAGS)
 	$(GO) test -run '^$$' -bench . -benchmem ./redislane ./lanes
+
+# Counts the machine instructions Redis spends in the lanes scripts for a
+# few common steps (bench/luacost: a redis-server of its own under
+# valgrind's callgrind), a figure the machine's load does not move, so a
+# change to the scripts is measured to the percent on a busy machine.
+# LUACOSTFLAGS='-base REV' counts another commit's scripts beside.
+LUACOSTFLAGS ?=
+luacost:
+	cd bench && $(GO) run ./luacost $(LUACOSTFLAGS)
 
 # Plants each mutation of a curated list (scripts/mutate/mutations.go: a
 # realistic bug each, as an exact text edit) in a temporary copy of the

@@ -1,0 +1,394 @@
+// Command luacost counts the machine instructions Redis spends in the lanes
+// scripts for a few common steps, on a redis-server of its own run under
+// valgrind's callgrind. Unlike a timing, the count does not move with the
+// load of the machine (within about 1%), so two versions of the scripts
+// can be compared on a busy 2-core machine, and a change of a few percent
+// is seen.
+//
+//	go run ./luacost                 # the scripts of this checkout
+//	go run ./luacost -base c0679bf   # and those of another commit, side by side
+//
+// Each scenario runs the scripts inside one EVAL: lib.lua, then enqueue.lua,
+// release.lua and heartbeat.lua as local functions with the KEYS and ARGV
+// of docs/PROTOCOL.md, then a driver that calls them in a loop (a setup
+// EVAL first, not counted). Every server command the scripts run is
+// counted, as in a real step; what a step costs outside the script (the
+// network, the FCALL's parsing, the reply) is not, and neither is the
+// EVAL's own (its SHA1 of the source, a few thousand instructions per op
+// at most). SCRIPT FLUSH comes before each scenario, so that every count
+// starts from the same Lua heap.
+//
+// It needs valgrind (callgrind_control) and redis-server on PATH, or
+// -redis-server. Debian's redis-server has no symbols; for a profile by
+// function, build Redis from source and pass its binary.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scenario is one kind of step: setup (not counted) and run (counted) are
+// Lua drivers that call ENQ, REL and HB; ops is what run does, the divisor.
+type scenario struct {
+	name, what  string
+	setup, run  string
+	ops         int
+	replyWanted string
+}
+
+var scenarios = []scenario{
+	{
+		name: "acquire+release", what: "one uncontended acquire and release of a new key (lean paths)", ops: 500,
+		run: `for i=1,500 do
+  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
+  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
+  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
+end`,
+	},
+	{
+		name: "acquire+release, 64 keys", what: "the same, on 64 keys used in turn (their records stay)", ops: 500,
+		run: `for i=1,500 do
+  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["k'..(i % 64)..'",1]]}]'})
+  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
+  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
+  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
+end`,
+	},
+	{
+		name: "batch of 30", what: "per request: enqueue steps of 30 requests on new keys, then release steps of their 30 ids", ops: 600,
+		run: `for b=1,20 do
+  local reqs, ids = {}, {'2','h:','o1','0'}
+  for i=1,30 do reqs[i] = '{"id":"e'..R..b..'-'..i..'","k":[["k'..R..b..'-'..i..'",1]]}'; ids[#ids+1] = 'e'..R..b..'-'..i end
+  local x = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+  if type(x) ~= 'table' then return x end
+  x = REL(KEYS, ids)
+  if type(x) ~= 'table' then return x end
+end`,
+	},
+	{
+		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (hand-off)", ops: 200,
+		setup: `for i=1,200 do
+  ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  ENQ(KEYS, {'2','h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+end`,
+		run: `for i=1,200 do
+  local x = REL(KEYS, {'2','h:','holder','0','h'..R..i})
+  if type(x) ~= 'table' or x[2][1] ~= 'h' or #x[3] ~= 1 then return x end
+end`,
+	},
+	{
+		name: "release of waiters", what: "per id: 1,000 waiters behind a holder released in steps of 250 (Session.Close)", ops: 1000,
+		setup: waiters1000,
+		run: `for b=0,3 do
+  local a = {'2','h:','o1','0'}
+  for i=1,250 do a[#a+1] = 'w'..R..'-'..(b*250+i) end
+  local x = REL(KEYS, a)
+  if type(x) ~= 'table' or x[2][1] ~= 'w' then return x end
+end`,
+	},
+	{
+		name: "heartbeat of waiters", what: "per id: heartbeats of 1,000 waiters in steps of 250", ops: 1000,
+		setup: waiters1000,
+		run: `for b=0,3 do
+  local a = {'2','h:','600000','o1'}
+  for i=1,250 do a[#a+1] = 'w'..R..'-'..(b*250+i) end
+  local x = HB(KEYS, a)
+  if type(x) ~= 'table' or x[2][1][2] ~= 'w' then return x end
+end`,
+	},
+	{
+		name: "enqueue 1,000 on one key", what: "per request: one step of 1,000 requests queued behind a holder", ops: 1000,
+		setup: `ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["q'..R..'",1]]}]'})`,
+		run: `local reqs = {}
+for i=1,1000 do reqs[i] = '{"id":"w'..R..'-'..i..'","k":[["q'..R..'",1]]}' end
+local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+if type(x) ~= 'table' then return x end`,
+	},
+	{
+		name: "enqueue 1,000 on own keys", what: "per request: one step of 1,000 requests, each on a key of its own (granted)", ops: 1000,
+		run: `local reqs = {}
+for i=1,1000 do reqs[i] = '{"id":"w'..R..'-'..i..'","k":[["o'..R..'-'..i..'",1]]}' end
+local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+if type(x) ~= 'table' then return x end`,
+	},
+}
+
+const waiters1000 = `ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["k'..R..'",1]]}]'})
+for b=0,3 do
+  local reqs = {}
+  for i=1,250 do reqs[i] = '{"id":"w'..R..'-'..(b*250+i)..'","k":[["k'..R..'",1]]}' end
+  local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+  if type(x) ~= 'table' then return x end
+end`
+
+func main() {
+	base := flag.String("base", "", "a git revision whose scripts are counted beside this checkout's")
+	dir := flag.String("dir", "", "the scripts' directory (default: scripts/lua of the repository this runs in)")
+	server := flag.String("redis-server", "redis-server", "the redis-server binary to run under callgrind")
+	flag.Parse()
+	if err := run(*dir, *base, *server); err != nil {
+		fmt.Fprintln(os.Stderr, "luacost:", err)
+		os.Exit(1)
+	}
+}
+
+func run(dir, base, server string) error {
+	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return fmt.Errorf("finding the repository: %w", err)
+	}
+	top := strings.TrimSpace(string(root))
+	if dir == "" {
+		dir = filepath.Join(top, "scripts", "lua")
+	}
+	versions := []struct {
+		name string
+		read func(file string) (string, error)
+	}{{"this checkout", func(f string) (string, error) {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		return string(b), err
+	}}}
+	if base != "" {
+		versions = append(versions, struct {
+			name string
+			read func(file string) (string, error)
+		}{base, func(f string) (string, error) {
+			b, err := exec.Command("git", "-C", top, "show", base+":scripts/lua/"+f).Output()
+			if err != nil {
+				return "", fmt.Errorf("git show %s:scripts/lua/%s: %w", base, f, err)
+			}
+			return string(b), nil
+		}})
+	}
+	preludes := make([]string, len(versions))
+	for i, v := range versions {
+		if preludes[i], err = prelude(v.read); err != nil {
+			return err
+		}
+	}
+
+	srv, err := startServer(server)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	ctx := context.Background()
+
+	fmt.Printf("machine instructions per op in the lanes scripts (callgrind, %s)\n\n", srv.version)
+	header := "| scenario | " + versions[0].name
+	rule := "|---|---:"
+	if len(versions) > 1 {
+		header += " | " + versions[1].name + " | change"
+		rule += "|---:|---:"
+	}
+	fmt.Println(header + " |")
+	fmt.Println(rule + "|")
+	for i, sc := range scenarios {
+		counts := make([]float64, len(versions))
+		for j := range versions {
+			n, err := srv.count(ctx, preludes[j], sc, fmt.Sprintf("%d%d", i, j))
+			if err != nil {
+				return fmt.Errorf("%s (%s): %w", sc.name, versions[j].name, err)
+			}
+			counts[j] = n
+		}
+		line := fmt.Sprintf("| %s | %.0f", sc.name, counts[0])
+		if len(counts) > 1 {
+			line += fmt.Sprintf(" | %.0f | %+.1f%%", counts[1], 100*(counts[0]-counts[1])/counts[1])
+		}
+		fmt.Println(line + " |")
+	}
+	fmt.Println()
+	for _, sc := range scenarios {
+		fmt.Printf("- %s: %s\n", sc.name, sc.what)
+	}
+	return nil
+}
+
+// prelude is lib.lua and the three scripts as local functions ENQ, REL and
+// HB of one chunk, as package lua's Library puts them in functions.
+func prelude(read func(string) (string, error)) (string, error) {
+	var b strings.Builder
+	lib, err := read("lib.lua")
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(lib)
+	for _, f := range []struct{ name, file string }{{"ENQ", "enqueue.lua"}, {"REL", "release.lua"}, {"HB", "heartbeat.lua"}} {
+		body, err := read(f.file)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\nlocal function %s(KEYS, ARGV)\n%s\nend\n", f.name, body)
+	}
+	b.WriteString("local R = ARGV[1]\n")
+	return b.String(), nil
+}
+
+// server is a redis-server under callgrind.
+type server struct {
+	cmd     *exec.Cmd
+	dir     string
+	pid     int
+	c       *redis.Client
+	version string
+}
+
+func startServer(bin string) (*server, error) {
+	for _, tool := range []string{"valgrind", "callgrind_control"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%s is not installed (Debian: apt-get install valgrind)", tool)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir, err := os.MkdirTemp("", "luacost-")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.%p"),
+		bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &server{cmd: cmd, dir: dir, pid: cmd.Process.Pid,
+		c: redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), ReadTimeout: 5 * time.Minute, WriteTimeout: time.Minute})}
+	ctx := context.Background()
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err = s.c.Ping(ctx).Err(); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		s.stop()
+		return nil, fmt.Errorf("redis-server under valgrind did not answer: %w", err)
+	}
+	info, _ := s.c.Info(ctx, "server").Result()
+	s.version = "redis " + infoField(info, "redis_version")
+	return s, nil
+}
+
+func infoField(info, name string) string {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), name+":"); ok {
+			return v
+		}
+	}
+	return "?"
+}
+
+func (s *server) stop() {
+	s.c.Close()
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	os.RemoveAll(s.dir)
+}
+
+// count runs sc's setup, then its run under a zeroed callgrind counter,
+// and returns the instructions of the run divided by sc.ops.
+func (s *server) count(ctx context.Context, prelude string, sc scenario, tag string) (float64, error) {
+	keys := make([]string, 7)
+	for i, k := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta", "tombs"} {
+		keys[i] = "luacost:{" + tag + "}:" + k
+	}
+	defer s.c.Del(ctx, keys...)
+	if err := s.c.ScriptFlush(ctx).Err(); err != nil {
+		return 0, err
+	}
+	r := "r" + tag
+	if sc.setup != "" {
+		if err := expectOK(s.c.Eval(ctx, prelude+sc.setup+"\nreturn 'ok'", keys, r).Result()); err != nil {
+			return 0, fmt.Errorf("setup: %w", err)
+		}
+	}
+	src := prelude + sc.run + "\nreturn 'ok'"
+	if err := s.c.ScriptLoad(ctx, src).Err(); err != nil {
+		return 0, err
+	}
+	if err := s.control("-z"); err != nil {
+		return 0, err
+	}
+	if err := expectOK(s.c.Eval(ctx, src, keys, r).Result()); err != nil {
+		return 0, err
+	}
+	old, _ := filepath.Glob(filepath.Join(s.dir, "cg.*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+	if err := s.control("-d"); err != nil {
+		return 0, err
+	}
+	dumps, _ := filepath.Glob(filepath.Join(s.dir, fmt.Sprintf("cg.%d.*", s.pid)))
+	if len(dumps) == 0 {
+		return 0, errors.New("callgrind wrote no dump")
+	}
+	total, err := totalIr(dumps[len(dumps)-1])
+	if err != nil {
+		return 0, err
+	}
+	return float64(total) / float64(sc.ops), nil
+}
+
+func (s *server) control(flag string) error {
+	out, err := exec.Command("callgrind_control", flag, strconv.Itoa(s.pid)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("callgrind_control %s: %v: %s", flag, err, out)
+	}
+	return nil
+}
+
+func expectOK(v any, err error) error {
+	if err != nil {
+		return err
+	}
+	if v != "ok" {
+		return fmt.Errorf("the driver answered %v", v)
+	}
+	return nil
+}
+
+// totalIr reads the instruction total ("summary:" or "totals:") of a
+// callgrind dump.
+func totalIr(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, p := range []string{"summary: ", "totals: "} {
+			if v, ok := strings.CutPrefix(line, p); ok {
+				return strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no instruction total", path)
+}
