@@ -135,7 +135,14 @@ for b=0,3 do
   if type(x) ~= 'table' then return x end
 end`
 
+// quiet drops go-redis's log lines (its pool logs every refused dial while
+// the server under valgrind starts).
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
+
 func main() {
+	redis.SetLogger(quiet{})
 	base := flag.String("base", "", "a git revision whose scripts are counted beside this checkout's")
 	dir := flag.String("dir", "", "the scripts' directory (default: scripts/lua of the repository this runs in)")
 	server := flag.String("redis-server", "redis-server", "the redis-server binary to run under callgrind")
