@@ -334,7 +334,10 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 		return b.releaseOnce(ctx, by, tomb, ids)
 	}
 	var out lanes.Released
-	for piece := range slices.Chunk(ids, b.idPiece) {
+	// The piece that granted an id, and the piece that removed it (a
+	// later one removed a grant of the step's own).
+	grantedIn, removedIn := map[string]int{}, map[string]int{}
+	for p, piece := range slices.Collect(slices.Chunk(ids, b.idPiece)) {
 		r, err := b.releaseOnce(ctx, by, tomb, piece)
 		if err != nil {
 			if len(out.Was) == 0 {
@@ -342,20 +345,25 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 			}
 			return out, &PartialError{Done: len(out.Was), Of: len(ids), Err: err}
 		}
+		for i, was := range r.Was {
+			if was == lanes.Held || was == lanes.Waiting {
+				removedIn[piece[i]] = p
+			}
+		}
+		for _, id := range r.Granted {
+			grantedIn[id] = p
+		}
 		out.Was = append(out.Was, r.Was...)
 		out.Forced = append(out.Forced, r.Forced...)
 		out.Granted = append(out.Granted, r.Granted...)
 		out.Epoch = r.Epoch
 	}
-	if len(out.Granted) > 0 {
-		step := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			step[id] = true
-		}
-		out.Granted = slices.DeleteFunc(out.Granted, func(id string) bool { return step[id] })
-		if len(out.Granted) == 0 {
-			out.Granted = nil
-		}
+	out.Granted = slices.DeleteFunc(out.Granted, func(id string) bool {
+		p, ok := removedIn[id]
+		return ok && p > grantedIn[id]
+	})
+	if len(out.Granted) == 0 {
+		out.Granted = nil
 	}
 	return out, nil
 }
