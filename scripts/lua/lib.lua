@@ -851,6 +851,12 @@ remove = function(e, touched)
       e.z = 1
       store(e)
       redis.call('ZADD', K_DEADLINES, dec(dl), e.id)
+      if dl <= NOW then
+        -- kept with a deadline that passed already (its borrowers'
+        -- expiries not reaped yet): a purge of its keys later in this
+        -- step looks at their holders again
+        for _, kl in ipairs(e.k) do PURGED[kl[1]] = nil end
+      end
       return
     end
   end
