@@ -1,7 +1,7 @@
 // Command luacost counts the machine instructions Redis spends in the lanes
 // scripts for a few common steps, on a redis-server of its own run under
 // valgrind's callgrind. Unlike a timing, the count does not move with the
-// load of the machine (within about 1%), so two versions of the scripts
+// load of the machine (two runs agree within about 2%), so two versions of the scripts
 // can be compared on a busy 2-core machine, and a change of a few percent
 // is seen.
 //
