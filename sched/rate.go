@@ -58,7 +58,8 @@ func CostFromArgument(name string) CostFunc {
 			return 0, fmt.Errorf("argument %q is missing", name)
 		}
 		var f float64
-		if strings.TrimSpace(string(raw)) == "null" {
+		text := strings.TrimSpace(string(raw)) // as the call wrote it, for an error
+		if text == "null" {
 			return 0, fmt.Errorf("argument %q is null, not a number", name)
 		}
 		if err := json.Unmarshal(raw, &f); err != nil {
@@ -66,9 +67,10 @@ func CostFromArgument(name string) CostFunc {
 			if json.Unmarshal(raw, &s) != nil || json.Unmarshal([]byte(strings.TrimSpace(s)), &f) != nil {
 				return 0, fmt.Errorf("argument %q is %.40s, not a number", name, raw)
 			}
+			text = strings.TrimSpace(s)
 		}
 		if f != math.Trunc(f) || f < 1 || f > lanes.MaxLimit {
-			return 0, fmt.Errorf("argument %q is %v, not a whole number from 1 to %d", name, f, lanes.MaxLimit)
+			return 0, fmt.Errorf("argument %q is %.40s, not a whole number from 1 to %d", name, text, lanes.MaxLimit)
 		}
 		return int(f), nil
 	}

@@ -127,6 +127,10 @@ func TestCostFromArgumentSaysWhy(t *testing.T) {
 		`{"n": null}`: `argument "n" is null, not a number`,
 		`{"n": -1}`:   `argument "n" is -1, not a whole number from 1 to`,
 		`{"n": 0}`:    `argument "n" is 0, not a whole number from 1 to`,
+		// large numbers as written, not in exponent form (5e+09)
+		`{"n": 5000000000}`:   `argument "n" is 5000000000, not a whole number from 1 to 1073741824`,
+		`{"n": "5000000000"}`: `argument "n" is 5000000000, not a whole number from 1 to 1073741824`,
+		`{"n": 2.5}`:          `argument "n" is 2.5, not a whole number`,
 	} {
 		if _, err := f(context.Background(), json.RawMessage(args)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("CostFromArgument(n)(%s) = %v; want an error saying %q", args, err, want)
