@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -493,7 +494,17 @@ func (w *worker) run(c int, p *nsPart, req lanes.Request, o runOpts) {
 func (w *worker) startKid(c int, p *nsPart, o runOpts, parent lanes.Request, lease *lanes.Lease) chan struct{} {
 	done := make(chan struct{})
 	req := lanes.Request{ID: parent.ID + "-n", Lanes: o.kid.lanes, Lineage: append(slices.Clone(parent.Lineage), parent.ID)}
-	ko := runOpts{ns: o.ns, short: true, waitFor: w.cfg.NestedWait, hold: o.kid.hold, lent: lease.Tokens()}
+	// The kid may borrow a key from any ancestor, not only from its parent:
+	// a key its parent does not hold but the parent's own lender does is
+	// lent by that lender (DESIGN.md invariant 10, the nearest ancestor
+	// holding it), so the tokens it may be lent are the parent's and
+	// those the parent was lent, the parent's first.
+	lent := maps.Clone(o.lent)
+	if lent == nil {
+		lent = map[string]uint64{}
+	}
+	maps.Copy(lent, lease.Tokens())
+	ko := runOpts{ns: o.ns, short: true, waitFor: w.cfg.NestedWait, hold: o.kid.hold, lent: lent}
 	w.kids.Add(1)
 	go func() {
 		defer w.kids.Done()
