@@ -494,17 +494,7 @@ func (w *worker) run(c int, p *nsPart, req lanes.Request, o runOpts) {
 func (w *worker) startKid(c int, p *nsPart, o runOpts, parent lanes.Request, lease *lanes.Lease) chan struct{} {
 	done := make(chan struct{})
 	req := lanes.Request{ID: parent.ID + "-n", Lanes: o.kid.lanes, Lineage: append(slices.Clone(parent.Lineage), parent.ID)}
-	// The kid may borrow a key from any ancestor, not only from its parent:
-	// a key its parent does not hold but the parent's own lender does is
-	// lent by that lender (DESIGN.md invariant 10, the nearest ancestor
-	// holding it), so the tokens it may be lent are the parent's and
-	// those the parent was lent, the parent's first.
-	lent := maps.Clone(o.lent)
-	if lent == nil {
-		lent = map[string]uint64{}
-	}
-	maps.Copy(lent, lease.Tokens())
-	ko := runOpts{ns: o.ns, short: true, waitFor: w.cfg.NestedWait, hold: o.kid.hold, lent: lent}
+	ko := runOpts{ns: o.ns, short: true, waitFor: w.cfg.NestedWait, hold: o.kid.hold, lent: kidLent(o.lent, lease.Tokens())}
 	w.kids.Add(1)
 	go func() {
 		defer w.kids.Done()
@@ -512,6 +502,21 @@ func (w *worker) startKid(c int, p *nsPart, o runOpts, parent lanes.Request, lea
 		w.run(c+1000, p, req, ko)
 	}()
 	return done
+}
+
+// kidLent returns the tokens a request nested under a lease (with tokens
+// held) may be lent, its parent having been lent parentLent: a key its
+// parent does not hold but the parent's own lender does is lent by that
+// lender (DESIGN.md invariant 10: the nearest ancestor holding it), so it
+// is the parent's tokens and those the parent was lent, the parent's
+// first.
+func kidLent(parentLent, held map[string]uint64) map[string]uint64 {
+	lent := maps.Clone(parentLent)
+	if lent == nil {
+		lent = map[string]uint64{}
+	}
+	maps.Copy(lent, held)
+	return lent
 }
 
 // watchLost records the moment lease's Lost closes (the holder is told),
