@@ -14,7 +14,7 @@ import (
 // first.
 func TestKidLentIncludesTheParentsLenders(t *testing.T) {
 	parentLent := map[string]uint64{"m0": 7, "m1": 7} // the lender's lease, from the board
-	held := map[string]uint64{"m0": 7, "s0": 9}        // the parent's lease: m0 borrowed, s0 its own
+	held := map[string]uint64{"m0": 7, "s0": 9}       // the parent's lease: m0 borrowed, s0 its own
 	got := kidLent(parentLent, held)
 	want := map[string]uint64{"m0": 7, "m1": 7, "s0": 9}
 	if !maps.Equal(got, want) {
