@@ -57,7 +57,7 @@ func comparable(sts []lanes.Status) []lanes.Status {
 			st.Tokens = ranks
 		}
 		if st.Err != nil {
-			st.Err = errors.New(fmt.Sprintf("%T %v", st.Err, st.Err))
+			st.Err = fmt.Errorf("%T %v", st.Err, st.Err)
 		}
 		out[i] = st
 	}

@@ -43,10 +43,9 @@ import (
 // scenario is one kind of step: setup (not counted) and run (counted) are
 // Lua drivers that call ENQ, REL and HB; ops is what run does, the divisor.
 type scenario struct {
-	name, what  string
-	setup, run  string
-	ops         int
-	replyWanted string
+	name, what string
+	setup, run string
+	ops        int
 }
 
 var scenarios = []scenario{
