@@ -51,21 +51,11 @@ type scenario struct {
 var scenarios = []scenario{
 	{
 		name: "acquire+release", what: "one uncontended acquire and release of a new key (lean paths)", ops: 500,
-		run: `for i=1,500 do
-  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["k'..R..i..'",1]]}]'})
-  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
-  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
-  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
-end`,
+		run: acquireRelease(`'k'..R..i`),
 	},
 	{
 		name: "acquire+release, 64 keys", what: "the same, on 64 keys used in turn (their records stay)", ops: 500,
-		run: `for i=1,500 do
-  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["k'..(i % 64)..'",1]]}]'})
-  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
-  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
-  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
-end`,
+		run: acquireRelease(`'k'..(i % 64)`),
 	},
 	{
 		name: "batch of 30", what: "per request: enqueue steps of 30 requests on new keys, then release steps of their 30 ids", ops: 600,
@@ -126,6 +116,18 @@ if type(x) ~= 'table' then return x end`,
 	},
 }
 
+// acquireRelease is the driver of 500 acquires and releases, each of a
+// new entry on the key the Lua expression key names (i is the loop's
+// count).
+func acquireRelease(key string) string {
+	return `for i=1,500 do
+  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["'..` + key + `..'",1]]}]'})
+  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
+  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
+  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
+end`
+}
+
 const waiters1000 = `ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["k'..R..'",1]]}]'})
 for b=0,3 do
   local reqs = {}
@@ -152,6 +154,13 @@ func main() {
 	}
 }
 
+// version is one version of the scripts: its name and how to read one of
+// its files (e.g. "lib.lua").
+type version struct {
+	name string
+	read func(file string) (string, error)
+}
+
 func run(dir, base, server string) error {
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
@@ -161,18 +170,12 @@ func run(dir, base, server string) error {
 	if dir == "" {
 		dir = filepath.Join(top, "scripts", "lua")
 	}
-	versions := []struct {
-		name string
-		read func(file string) (string, error)
-	}{{"this checkout", func(f string) (string, error) {
+	versions := []version{{"this checkout", func(f string) (string, error) {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		return string(b), err
 	}}}
 	if base != "" {
-		versions = append(versions, struct {
-			name string
-			read func(file string) (string, error)
-		}{base, func(f string) (string, error) {
+		versions = append(versions, version{base, func(f string) (string, error) {
 			b, err := exec.Command("git", "-C", top, "show", base+":scripts/lua/"+f).Output()
 			if err != nil {
 				return "", fmt.Errorf("git show %s:scripts/lua/%s: %w", base, f, err)

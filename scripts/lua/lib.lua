@@ -78,7 +78,7 @@ local RATE_SCAN = 50          -- waiters of a rate key one hand-off looks at (gr
 
 -- The state of one step (a script run, or a call of the library's
 -- functions, which keep this file loaded between calls): begin sets it.
-local K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS, STATE
+local K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS
 local WAKE
 local NOW, NOW_US -- the Redis clock, in ms and in µs
 local EPOCH, FROZEN, MAXTTL, TOMBS -- from the marker
@@ -656,7 +656,7 @@ local function full(create)
   if checked and (EPOCH or not create) then return end
   checked = true
   local n, m = markers()
-  STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
+  local STATE = {K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META}
   if n == #STATE then
     if not EPOCH then return read_marker(m) end
     return
