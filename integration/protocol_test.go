@@ -47,6 +47,7 @@ type protoDoc struct {
 	record   []string            // the fields of the entry record
 	keyRec   []string            // the fields of a key record, in order; the last one repeats
 	marker   []string            // the fields of the lanes marker, in order
+	pad      string              // the value of the field "\x02" of lanes
 	walks    []string            // the state keys doctor.lua walks
 	bounds   map[string]int64    // the bounds table
 	text     string
@@ -121,6 +122,14 @@ func readProtocol(t *testing.T) protoDoc {
 	if !slices.Equal(d.marker, []string{"protocol", "epoch", "frozen", "maxttl", "tombs"}) {
 		t.Fatalf("PROTOCOL.md documents the marker %q; the test reads protocol, epoch, frozen, maxttl, tombs: update the test", d.marker)
 	}
+	pad := regexp.MustCompile("The field `\\\\2` of `lanes`, written with its marker, holds a value of (\\d+) bytes that means nothing \\(`([^`]+)`\\)").FindStringSubmatch(strings.Join(strings.Fields(d.text), " "))
+	if pad == nil {
+		t.Fatal("PROTOCOL.md: no sentence \"The field `\\2` of `lanes`, written with its marker, holds a value of N bytes that means nothing (`...`)\"")
+	}
+	if n, _ := strconv.Atoi(pad[1]); n != len(pad[2]) || n <= 64 {
+		t.Fatalf("PROTOCOL.md: the pad %q is %d bytes, documented as %s; it must be longer than 64", pad[2], len(pad[2]), pad[1])
+	}
+	d.pad = pad[2]
 	for _, re := range []string{"A namespace `ns` is (\\w+) keys", "All take the (\\w+) keys above as `KEYS`"} {
 		m := regexp.MustCompile(re).FindStringSubmatch(flat)
 		if m == nil || numberWords[m[1]] != len(d.keys) {
@@ -1086,8 +1095,15 @@ func TestProtocolDocMatchesScripts(t *testing.T) {
 		t.Fatal("lib.lua has no mark()")
 	}
 	marks := map[string]string{}
-	for _, m := range regexp.MustCompile(`redis\.call\('HSET', K_(\w+), '\\0', (?:'([^']*)'|(mark_line)\(\))\)`).FindAllSubmatch(body[1], -1) {
+	padded := false
+	for _, m := range regexp.MustCompile(`redis\.call\('HSET', K_(\w+), '\\0', (?:'([^']*)'|(mark_line)\(\))(, '\\2', HASHTABLE_PAD)?\)`).FindAllSubmatch(body[1], -1) {
 		marks[strings.ToLower(string(m[1]))] = string(m[2]) + string(m[3])
+		if len(m[4]) > 0 {
+			padded = string(m[1]) == "LANES"
+		}
+	}
+	if lit := regexp.MustCompile(`local HASHTABLE_PAD = '([^']*)'`).FindSubmatch(lib); !padded || lit == nil || string(lit[1]) != d.pad {
+		t.Errorf("lib.lua's mark() writes the pad of lanes: %v, as %q; PROTOCOL.md documents %q", padded, lit, d.pad)
 	}
 	for _, m := range regexp.MustCompile(`redis\.call\('ZADD', K_(\w+), '?([^',]+)'?, '\\0'\)`).FindAllSubmatch(body[1], -1) {
 		marks[strings.ToLower(string(m[1]))] = string(m[2])
@@ -1466,8 +1482,8 @@ func (r *protoRunner) checkKeyspace(t *testing.T, epoch string) {
 		fields = append(fields, f)
 	}
 	slices.Sort(fields)
-	if !slices.Equal(fields, []string{"\x00", "a", "b", "k1", "k9"}) {
-		t.Errorf("lanes has the fields %q; want the marker, a, b, k1, k9", fields)
+	if !slices.Equal(fields, []string{"\x00", "\x02", "a", "b", "k1", "k9"}) || recs["\x02"] != r.doc.pad {
+		t.Errorf("lanes has the fields %q; want the marker, the pad, a, b, k1, k9", fields)
 	}
 	r.wantKeyRec("k1", epoch, 1, 0, "e3")
 	r.wantKeyRec("a", epoch, 1, 1, "P")
@@ -1584,8 +1600,13 @@ func TestProtocolLeanPathRealRedis(t *testing.T) {
 			t.Errorf("entries = %q; want its marker and A", got)
 		}
 		marker := strings.Join([]string{r.doc.protocol, epoch, "0", "30000", "0"}, " ")
-		if got := r.hash("lanes"); !mapsEqual(got, map[string]string{"\x00": marker, "a": epoch + " 2 " + tokA + " 0 A", "b": epoch + " 1 " + tokB + " 0 A"}) {
-			t.Errorf("lanes = %q; want the marker %q and a record of a and of b naming A", got, marker)
+		if got := r.hash("lanes"); !mapsEqual(got, map[string]string{"\x00": marker, "\x02": r.doc.pad, "a": epoch + " 2 " + tokA + " 0 A", "b": epoch + " 1 " + tokB + " 0 A"}) {
+			t.Errorf("lanes = %q; want the marker %q, the pad and a record of a and of b naming A", got, marker)
+		}
+		// The pad keeps lanes in Redis's hashtable encoding, though it
+		// has four fields (a listpack is searched field by field).
+		if enc, err := r.c.ObjectEncoding(ctx, r.key("lanes")).Result(); err != nil || enc != "hashtable" {
+			t.Errorf("OBJECT ENCODING of lanes = %q, %v; want hashtable", enc, err)
 		}
 		for _, key := range []string{"queue", "nested"} {
 			if zs := r.zset(key); len(zs) != 1 || zs[0].Member != "\x00" || zs[0].Score != 0 {
@@ -1606,7 +1627,7 @@ func TestProtocolLeanPathRealRedis(t *testing.T) {
 		// The release: A leaves its records, its entry and its deadline.
 		r.checkRelease(r.release(owner, 0, "A"), []string{"h"}, nil)
 		hints.none(t, 100*time.Millisecond)
-		if got := r.hash("lanes"); !mapsEqual(got, map[string]string{"\x00": marker, "a": epoch + " 2 " + tokA + " 0", "b": epoch + " 1 " + tokB + " 0"}) {
+		if got := r.hash("lanes"); !mapsEqual(got, map[string]string{"\x00": marker, "\x02": r.doc.pad, "a": epoch + " 2 " + tokA + " 0", "b": epoch + " 1 " + tokB + " 0"}) {
 			t.Errorf("lanes after the release = %q; want idle records keeping their tokens", got)
 		}
 		for _, key := range []string{"queue", "nested", "deadlines"} {
@@ -2485,8 +2506,8 @@ func TestProtocolNoTTLRealRedis(t *testing.T) {
 		}
 		switch name := r.keys[i][strings.LastIndex(r.keys[i], ":")+1:]; name {
 		case "lanes":
-			if n != 3 {
-				t.Errorf("lanes holds %d; want its marker and the records of k and j", n)
+			if n != 4 {
+				t.Errorf("lanes holds %d; want its marker, its pad and the records of k and j", n)
 			}
 			r.wantKeyRec("k", epoch, 1, 0)
 			r.wantKeyRec("j", epoch, 1, 0)

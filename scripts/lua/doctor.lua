@@ -149,8 +149,9 @@ for i = 1, #items, 2 do
       if not ok then
         fix(K_NESTED, m, 'nested member "' .. shown(m) .. '": entry ' .. tostring(id) .. ' does not account for it')
       end
-    elseif what == 'lanes' and string.byte(m, 1) == 1 then
-      -- a rate key's log (rate lanes, lib.lua): no holders or waiters to check
+    elseif what == 'lanes' and string.byte(m, 1) < 32 then
+      -- a rate key's log (rate lanes, lib.lua) or the pad "\2": no
+      -- holders or waiters to check
     elseif what == 'lanes' then
       KRAW[m] = items[i + 1]
       local r = kget(m)

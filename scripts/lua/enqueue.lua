@@ -55,7 +55,7 @@ end
 local function at(i) return 'request ' .. i .. ': ' end
 do
   -- (the checks allocate little per request unless they refuse it)
-  local lanes_total, ids, fields = 0, {}, {'c', 't', 'n'}
+  local lanes_total, ids = 0, {}
   for i, r in ipairs(reqs) do
     if type(r) ~= 'table' or not id_ok(r.id) then
       return badarg('id', at(i) .. 'an entry id is 1 to ' .. MAX_ID_LEN .. ' bytes of printable ASCII without spaces')
@@ -85,7 +85,7 @@ do
       end
     end
     lanes_total = lanes_total + #r.k
-    for _, f in ipairs(fields) do
+    for _, f in ipairs(REQUEST_FIELDS) do
       if not field_ok(r[f]) then
         return badarg('field', at(i) .. f .. ' must be at most ' .. MAX_FIELD_LEN .. ' bytes of UTF-8 without control characters')
       end

@@ -116,8 +116,8 @@ local function begin(KEYS, ARGV, nkeys)
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
   WAKE = ARGV[2]
   local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  NOW = math.floor(NOW_US / 1000)
   EPOCH, FROZEN, MAXTTL, TOMBS = nil, nil, nil, nil
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
@@ -174,6 +174,8 @@ local function int_in(v, lo, hi)
   if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
   return n
 end
+-- the optional string fields of a request (call id, tool, tenant)
+local REQUEST_FIELDS = {'c', 't', 'n'}
 local function badarg(field, what)
   return redis.error_reply('LANES_BADARG ' .. field .. ' ' .. what)
 end
@@ -330,7 +332,11 @@ local function kget(key)
     r.t = tonumber(t) or 0
     if ep == EPOCH then
       r.l, r.w = tonumber(l), tonumber(w)
-      for id in string.gmatch(rest, '%S+') do r.h[#r.h + 1] = id end
+      if #rest > 1 and string.byte(rest) == 32 and not string.find(rest, '%s', 2) then
+        r.h[1] = string.sub(rest, 2) -- one holder, the common case
+      elseif rest ~= '' then
+        for id in string.gmatch(rest, '%S+') do r.h[#r.h + 1] = id end
+      end
     end
   end
   KREC[key] = r
@@ -572,9 +578,19 @@ mark_line = function()
   return PROTOCOL .. ' ' .. EPOCH .. ' ' .. dec(FROZEN) .. ' ' .. dec(MAXTTL) .. ' ' .. dec(TOMBS)
 end
 
+-- The value of the field "\2" of lanes: longer than Redis's default
+-- hash-max-listpack-value (64 bytes), so that Redis keeps the hash in its
+-- hashtable encoding from the first write (it never converts back). In
+-- the listpack encoding, which Redis keeps up to hash-max-listpack-entries
+-- fields (512 by default in Redis 7), a field is found
+-- by a linear search, and a namespace of a few hundred keys (a record is
+-- never removed) would pay for it on every read and write. (A literal:
+-- the library's load runs no code of string.)
+local HASHTABLE_PAD = 'a value longer than 64 bytes keeps this hash in the hashtable encoding'
+
 local function mark()
   redis.call('HSET', K_ENTRIES, '\0', '')
-  redis.call('HSET', K_LANES, '\0', mark_line())
+  redis.call('HSET', K_LANES, '\0', mark_line(), '\2', HASHTABLE_PAD)
   redis.call('ZADD', K_QUEUE, 0, '\0')
   redis.call('ZADD', K_DEADLINES, '-inf', '\0')
   redis.call('ZADD', K_NESTED, 0, '\0')
@@ -860,15 +876,18 @@ remove = function(e, touched)
       return
     end
   end
-  for _, a in ipairs(e.l or {}) do
-    redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
+  if e.l then
+    for _, a in ipairs(e.l) do
+      redis.call('ZREM', K_NESTED, a .. '\0' .. e.id)
+    end
   end
-  local lenders = {}
+  local lenders
   for _, kl in ipairs(e.k) do
     local key = kl[1]
     local a = borrowed(e, key)
     if a then
       redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
+      lenders = lenders or {}
       lenders[#lenders + 1] = a
     else
       local r = kget(key)
@@ -893,7 +912,7 @@ remove = function(e, touched)
       if b then remove(b, touched) end
     end
   end
-  for _, a in ipairs(lenders) do
+  for _, a in ipairs(lenders or {}) do
     local z = load(a)
     if z and z.z then
       local busy = false
