@@ -116,6 +116,89 @@ if type(x) ~= 'table' then return x end`,
 	},
 }
 
+// floors are the commands of one uncontended acquire and release of one
+// key, with nothing of the scripts' logic around them (-floor): what any
+// script of the same layout costs at least, and what a layout with the
+// holder in its key's record would. The values are those the scripts write.
+var floors = []scenario{
+	{
+		name: "today's 14 commands", ops: 500,
+		what: "the commands of today's lean acquire and release (TIME, HMGET entries, HMGET lanes, ZRANGEBYSCORE deadlines, HSET entries, ZADD deadlines, HSET lanes; TIME, the same three reads, HDEL, ZREM, HSET)",
+		run:  floorPrelude + `for i=1,500 do
+  local id = 'e'..R..i
+  today_acquire(id)
+  today_release(id)
+end`,
+	},
+	{
+		name: "today's 14 commands and their JSON", ops: 500,
+		what: "the same, and the JSON today's scripts decode and encode: the request, the entry record written, the entry record read back",
+		run: floorPrelude + `for i=1,500 do
+  local id = 'e'..R..i
+  local req = cjson.decode('[{"id":"'..id..'","k":[["k",1]],"c":"true","t":"lanectl lock"}]')
+  today_acquire(id, cjson.encode({o=OWNER, h='vm', p=8141, c=req[1].c, t=req[1].t, k=req[1].k, s='h', q=0, e=1796085504652, g=1796085504652, x={k='1839191556764467'}}))
+  local e = cjson.decode(ENTRY)
+  today_release(id)
+end`,
+	},
+	{
+		name: "a holder in its key's record: 10 commands", ops: 500,
+		what: "a layout that keeps an uncontended holder in its key's record and only its id's key in entries: TIME, HMGET entries, HMGET lanes, HSET lanes, HSET entries; TIME, HMGET entries, HMGET lanes, HSET lanes, HDEL entries",
+		run: floorPrelude + `for i=1,500 do
+  local id = 'e'..R..i
+  redis.call('TIME')
+  redis.call('HMGET', E, '\0', id)
+  redis.call('HMGET', L, '\0', 'k')
+  redis.call('HSET', L, 'k', '1796085501320749 1 1839191556764467 0 '..id..' 1796085514652 '..OWNER..' vm 8141')
+  redis.call('HSET', E, id, 'k')
+  redis.call('TIME')
+  redis.call('HMGET', E, '\0', id)
+  redis.call('HMGET', L, '\0', 'k')
+  redis.call('HSET', L, 'k', '1796085501320749 1 1839191556764467 0')
+  redis.call('HDEL', E, id)
+end`,
+	},
+	{
+		name: "redislock's 3 commands", ops: 500,
+		what: "SET NX PX, then GET and DEL (redislock's acquire and its release script)",
+		run: `local R = ARGV[1]
+for i=1,500 do
+  local v = 'e'..R..i
+  redis.call('SET', KEYS[1], v, 'NX', 'PX', '10000')
+  if redis.call('GET', KEYS[1]) == v then redis.call('DEL', KEYS[1]) end
+end`,
+	},
+}
+
+// floorPrelude defines the floors' helpers: today's commands for one
+// acquire and one release of the key k, by the entry id.
+const floorPrelude = `local R = ARGV[1]
+local E, L, D = KEYS[1], KEYS[2], KEYS[4]
+local OWNER = 'ff6cnq5przhafyxoxoba'
+local ENTRY = '{"q":0,"p":8141,"c":"true","t":"lanectl lock","g":1796085504652,"h":"vm","k":[["k",1]],"x":{"k":"1839191556764467"},"e":1796085504652,"s":"h","o":"ff6cnq5przhafyxoxoba"}'
+redis.call('HSET', E, '\0', '')
+redis.call('HSET', L, '\0', '2 1796085501320749 0 10000 0', '\2', 'a value longer than 64 bytes keeps this hash in the hashtable encoding')
+redis.call('ZADD', D, '-inf', '\0')
+local function today_acquire(id, rec)
+  redis.call('TIME')
+  redis.call('HMGET', E, '\0', id)
+  redis.call('HMGET', L, '\0', 'k')
+  redis.call('ZRANGEBYSCORE', D, '-inf', '1796085504652', 'LIMIT', '0', '101')
+  redis.call('HSET', E, id, rec or ENTRY)
+  redis.call('ZADD', D, '1796085514652', id)
+  redis.call('HSET', L, 'k', '1796085501320749 1 1839191556764467 0 '..id)
+end
+local function today_release(id)
+  redis.call('TIME')
+  redis.call('HMGET', E, '\0', id)
+  redis.call('HMGET', L, '\0', 'k')
+  redis.call('ZRANGEBYSCORE', D, '-inf', '1796085504652', 'LIMIT', '0', '101')
+  redis.call('HDEL', E, id)
+  redis.call('ZREM', D, id)
+  redis.call('HSET', L, 'k', '1796085501320749 1 1839191556764467 0')
+end
+`
+
 // acquireRelease is the driver of 500 acquires and releases, each of a
 // new entry on the key the Lua expression key names (i is the loop's
 // count).
@@ -147,8 +230,15 @@ func main() {
 	base := flag.String("base", "", "a git revision whose scripts are counted beside this checkout's")
 	dir := flag.String("dir", "", "the scripts' directory (default: scripts/lua of the repository this runs in)")
 	server := flag.String("redis-server", "redis-server", "the redis-server binary to run under callgrind")
+	floor := flag.Bool("floor", false, "count the floors instead: the commands of one acquire and release alone, in today's layout and in others (no scripts)")
 	flag.Parse()
-	if err := run(*dir, *base, *server); err != nil {
+	var err error
+	if *floor {
+		err = runFloors(*server)
+	} else {
+		err = run(*dir, *base, *server)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "luacost:", err)
 		os.Exit(1)
 	}
@@ -223,6 +313,30 @@ func run(dir, base, server string) error {
 	}
 	fmt.Println()
 	for _, sc := range scenarios {
+		fmt.Printf("- %s: %s\n", sc.name, sc.what)
+	}
+	return nil
+}
+
+// runFloors counts the floors (-floor).
+func runFloors(server string) error {
+	srv, err := startServer(server)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	fmt.Printf("machine instructions per acquire+release, commands alone (callgrind, %s)\n\n", srv.version)
+	fmt.Println("| floor | instructions |")
+	fmt.Println("|---|---:|")
+	for i, sc := range floors {
+		n, err := srv.count(context.Background(), "", sc, fmt.Sprintf("f%d", i))
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		fmt.Printf("| %s | %.0f |\n", sc.name, n)
+	}
+	fmt.Println()
+	for _, sc := range floors {
 		fmt.Printf("- %s: %s\n", sc.name, sc.what)
 	}
 	return nil
