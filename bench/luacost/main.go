@@ -124,7 +124,7 @@ var floors = []scenario{
 	{
 		name: "today's 14 commands", ops: 500,
 		what: "the commands of today's lean acquire and release (TIME, HMGET entries, HMGET lanes, ZRANGEBYSCORE deadlines, HSET entries, ZADD deadlines, HSET lanes; TIME, the same three reads, HDEL, ZREM, HSET)",
-		run:  floorPrelude + `for i=1,500 do
+		run: floorPrelude + `for i=1,500 do
   local id = 'e'..R..i
   today_acquire(id)
   today_release(id)
