@@ -54,6 +54,10 @@ var scenarios = []scenario{
 		run: acquireRelease(`'k'..R..i`),
 	},
 	{
+		name: "acquire+release, one key", what: "the same, always on one key (the bench's uncontended cell)", ops: 500,
+		run: acquireRelease(`'k'`),
+	},
+	{
 		name: "acquire+release, 64 keys", what: "the same, on 64 keys used in turn (their records stay)", ops: 500,
 		run: acquireRelease(`'k'..(i % 64)`),
 	},
