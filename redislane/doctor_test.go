@@ -2,6 +2,7 @@ package redislane_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -112,6 +113,47 @@ func TestReap(t *testing.T) {
 		snap, err := b.Inspect(ctx, nil)
 		if err != nil || len(snap.Keys) != 0 || snap.Stats.ExpiredHolders != 1 || snap.Stats.EvictedWaiters != 249 {
 			t.Fatalf("after Reap: %+v, %v; want nothing left, 1 expired holder and 249 evicted waiters", snap, err)
+		}
+	})
+}
+
+// Doctor skips the fields of lanes that are no lane key: the pad "\x02",
+// a rate record ("\x01key"), any field that starts with a control byte,
+// and the empty field (a key is 1 byte at least), which once made the
+// script fail (string.byte of "" is nil), in check and repair mode alike;
+// it changes none of them.
+func TestDoctorSkipsFieldsThatAreNoKeys(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		k := b.Keys()
+		o := lanes.Owner{ID: "doc-owner", Host: "h", PID: 1}
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
+		marker, err := c.HGet(ctx, k[1], "\x00").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := strings.Fields(marker)[1]
+		odd := map[string]string{"": epoch + " 1 1 0 X", "\x03x": epoch + " 1 1 2 Y"}
+		for f, v := range odd {
+			c.HSet(ctx, k[1], f, v)
+		}
+		before, err := c.HGetAll(ctx, k[1]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := before["\x02"]; !ok {
+			t.Fatalf("lanes = %q; want its pad \\x02", before)
+		}
+		for _, repair := range []bool{false, true} {
+			if r := doctor(t, b, repair); !r.OK() || len(r.Repairs) != 0 || r.Epoch != epoch {
+				t.Fatalf("Doctor(%v) with the fields %q in lanes = %+v; want nothing wrong, no repair, epoch %s", repair, slices.Sorted(maps.Keys(odd)), r, epoch)
+			}
+		}
+		if after, err := c.HGetAll(ctx, k[1]).Result(); err != nil || !maps.Equal(after, before) {
+			t.Fatalf("lanes after Doctor = %q, %v; want it unchanged, %q", after, err, before)
 		}
 	})
 }

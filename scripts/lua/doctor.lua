@@ -149,9 +149,10 @@ for i = 1, #items, 2 do
       if not ok then
         fix(K_NESTED, m, 'nested member "' .. shown(m) .. '": entry ' .. tostring(id) .. ' does not account for it')
       end
-    elseif what == 'lanes' and string.byte(m, 1) < 32 then
-      -- a rate key's log (rate lanes, lib.lua) or the pad "\2": no
-      -- holders or waiters to check
+    elseif what == 'lanes' and (string.byte(m, 1) or 0) < 32 then
+      -- a rate key's log (rate lanes, lib.lua), the pad "\2", or an empty
+      -- field (a lane key is 1 byte at least): no lane key, no holders or
+      -- waiters to check
     elseif what == 'lanes' then
       KRAW[m] = items[i + 1]
       local r = kget(m)
