@@ -157,3 +157,31 @@ func TestDoctorSkipsFieldsThatAreNoKeys(t *testing.T) {
 		}
 	})
 }
+
+// Inspect of every key reads the fields of lanes that name no valid key
+// (written by hand; doctor.lua leaves them alone) as no key, instead of
+// passing them to inspect.lua, which refused the whole page (lanectl
+// keys, status, watch and ui failed with "invalid key").
+func TestInspectSkipsFieldsThatAreNoKeys(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		k := b.Keys()
+		o := lanes.Owner{ID: "doc-owner", Host: "h", PID: 1}
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
+		marker, err := c.HGet(ctx, k[1], "\x00").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := strings.Fields(marker)[1]
+		for _, f := range []string{"", "\x03x", "bad\x7fkey", "\xff", "\x01", "\x01\x03y"} {
+			c.HSet(ctx, k[1], f, epoch+" 1 1 1 Y")
+		}
+		snap, err := b.Inspect(ctx, nil)
+		if err != nil || len(snap.Keys) != 1 || snap.Keys[0].Key != "K" {
+			t.Fatalf("Inspect(nil) = %+v, %v; want K alone", snap, err)
+		}
+	})
+}

@@ -460,7 +460,9 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 // allKeys lists the keys that have holders or waiters, from the key
 // records of the lanes hash, in bounded pieces (HSCAN): no script, no
 // atomicity needed. A record of an earlier epoch, or of an idle key (it
-// keeps its fencing token), is left out.
+// keeps its fencing token), is left out, and so is a field that is no
+// valid key (docs/PROTOCOL.md: one that starts with a control byte is no
+// lane key), which doctor.lua does not look at either.
 func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
 	marker, err := b.c.HGet(ctx, b.keys[1], "\x00").Result()
 	if err == redis.Nil {
@@ -482,9 +484,14 @@ func (b *Backend) allKeys(ctx context.Context) ([]string, error) {
 			return nil, b.mapErr(err)
 		}
 		for i := 0; i+1 < len(page); i += 2 {
+			// A field that names no valid key (the marker, the pad "\x02",
+			// or one written by hand) is skipped: inspect.lua would refuse
+			// the whole page for it.
 			if rateKey, ok := strings.CutPrefix(page[i], "\x01"); ok {
-				keys = append(keys, rateKey) // a rate key's log: inspect.lua shows its window
-			} else if page[i] != "\x00" && activeRecord(page[i+1], epoch) {
+				if lanes.ValidateKey(rateKey) == nil {
+					keys = append(keys, rateKey) // a rate key's log: inspect.lua shows its window
+				}
+			} else if activeRecord(page[i+1], epoch) && lanes.ValidateKey(page[i]) == nil {
 				keys = append(keys, page[i])
 			}
 		}
