@@ -262,7 +262,9 @@ func chaosTokens(ctx context.Context, t *testing.T, c redis.UniversalClient, b *
 	}
 	out := map[string]string{}
 	for k, rec := range recs {
-		if f := strings.Fields(rec); k != "\x00" && len(f) >= 3 {
+		// (a field that starts with a control byte, the marker, the pad
+		// or a rate record, is no lane key)
+		if f := strings.Fields(rec); k != "" && k[0] >= 0x20 && len(f) >= 3 {
 			out[k] = f[2]
 		}
 	}
