@@ -89,6 +89,11 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 		mode = "repair"
 	}
 	walks := []string{"entries", "queue", "deadlines", "nested", "lanes"}
+	if !repair && len(r.Missing) > 0 {
+		// doctor.lua's first look at such a namespace resets it; a check
+		// changes nothing: the next step (or a repair) resets it.
+		walks = nil
+	}
 	if repair {
 		walks = append([]string{"reap"}, walks...)
 		if len(r.Missing) > 0 {

@@ -77,10 +77,22 @@ func TestDoctor(t *testing.T) {
 		base := strings.TrimSuffix(k[0], "entries")
 		c.Set(ctx, base+"seq", "7", 0)
 		t.Cleanup(func() { c.Del(context.Background(), base+"seq") })
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "B", Lanes: lane("K")}}); err != nil {
+			t.Fatal(err)
+		}
 		c.Del(ctx, k[4])
+		marker, _ := c.HGet(ctx, k[1], "\x00").Result()
 		r = doctor(t, b, false)
 		if !slices.Contains(r.Missing, k[4]) || !slices.Contains(r.Legacy, base+"seq") {
 			t.Fatalf("Doctor() = %+v; want %s missing and %sseq left over", r, k[4], base)
+		}
+		// A check changes nothing: the marker (the epoch) and B's record stay
+		// until the next step or a repair resets the namespace.
+		if m, _ := c.HGet(ctx, k[1], "\x00").Result(); m != marker {
+			t.Errorf("after Doctor(check): the marker of lanes %q; want it unchanged, %q", m, marker)
+		}
+		if n, _ := c.HExists(ctx, k[0], "B").Result(); !n {
+			t.Errorf("after Doctor(check): B's record is gone; want the check to change nothing")
 		}
 		doctor(t, b, true)
 		if r := doctor(t, b, false); !r.OK() {
