@@ -141,6 +141,29 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	}
 }
 
+// A malformed URL is named by where it came from: a bad LANES_REDIS_URL is
+// not blamed on a --redis the user never gave; and an empty --redis is
+// said plainly (a redaction of the empty URL once wrote xxxxx between
+// every two letters of the message).
+func TestBadRedisURLSource(t *testing.T) {
+	var out, errb strings.Builder
+	env := func(k string) string {
+		if k == "LANES_REDIS_URL" {
+			return "localhost:6379"
+		}
+		return ""
+	}
+	code := run(t.Context(), nil, []string{"keys"}, strings.NewReader(""), &out, &errb, env)
+	if code != exitUsage || !strings.Contains(errb.String(), `"localhost:6379" in LANES_REDIS_URL`) || strings.Contains(errb.String(), "--redis") {
+		t.Errorf("keys with LANES_REDIS_URL=localhost:6379 = %d, %q; want %d naming LANES_REDIS_URL, not --redis", code, errb.String(), exitUsage)
+	}
+	assertOneLine(t, errb.String())
+	code, _, stderr := runInProcess(t, "--redis", "", "status")
+	if code != exitUsage || stderr != "lanectl: bad --redis URL \"\": redis: invalid URL scheme\n" {
+		t.Errorf("status --redis '' = %d, %q; want %d and the plain reason", code, stderr, exitUsage)
+	}
+}
+
 // TestLimitMismatch checks that a --limit other than the one a key is held
 // with is refused as a usage error naming both limits, and changes nothing.
 func TestLimitMismatch(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // Rate lanes (issue 15): `lanectl lock --rate N/s KEY -- CMD` across
@@ -16,27 +15,30 @@ import (
 // against miniredis and the real Redis server.
 
 // TestLockRateAcrossProcesses: five lock processes at once on a 2/s rate:
-// they start in three waves a window apart. Each command prints the time
-// it starts (this machine's clock, shared by the processes): no three
-// starts fall within one window, less 150ms for the spread between a grant
-// on the server and its command's start.
+// they are granted in three waves a window apart. Each command prints its
+// fencing token, which is the Redis clock at its grant (µs times 1.024,
+// tokenize in lib.lua; a grant a window after another is far above the
+// previous token + 1): no three grants fall within one window, by the
+// clock the rate is kept by. (Each command's own start time, on this
+// machine's clock, once stood in for the grant and failed under load: a
+// process that started late made two starts look closer than the grants.)
 func TestLockRateAcrossProcesses(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		var mu sync.Mutex
-		var starts []time.Time
+		var grants []float64 // µs of the Redis clock
 		var wg sync.WaitGroup
 		for range 5 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				code, out, stderr := runBin(t, s.args("lock", "--rate", "2/s", "partner", "--", "date", "+%s%N")...)
-				ns, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
+				code, out, stderr := runBin(t, s.args("lock", "--rate", "2/s", "partner", "--", "sh", "-c", "echo $LANES_TOKEN")...)
+				tok, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 				if code != 0 || err != nil {
-					t.Errorf("lock --rate 2/s = %d, %q, stderr %q; want 0 and a time", code, out, stderr)
+					t.Errorf("lock --rate 2/s = %d, %q, stderr %q; want 0 and a token", code, out, stderr)
 					return
 				}
 				mu.Lock()
-				starts = append(starts, time.Unix(0, ns))
+				grants = append(grants, float64(tok)/1.024)
 				mu.Unlock()
 			}()
 		}
@@ -44,10 +46,11 @@ func TestLockRateAcrossProcesses(t *testing.T) {
 		if t.Failed() {
 			return
 		}
-		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-		for i := 2; i < len(starts); i++ {
-			if d := starts[i].Sub(starts[i-2]); d < time.Second-150*time.Millisecond {
-				t.Errorf("starts %d and %d are %v apart; a 2/s rate puts at least a window (1s) between them", i-2, i, d)
+		slices.Sort(grants)
+		for i := 2; i < len(grants); i++ {
+			// a window, less 1µs for the token's rounding down
+			if d := grants[i] - grants[i-2]; d < 1e6-1 {
+				t.Errorf("grants %d and %d are %.0fµs apart by their tokens; a 2/s rate puts at least a window (1s) between them", i-2, i, d)
 			}
 		}
 		s.assertEmpty(t)

@@ -140,7 +140,7 @@ func badURL(err error, raw, what string) error {
 		err = ue.Err
 	}
 	reason := redactSecret(err.Error(), raw)
-	if !strings.Contains(raw, "://") {
+	if raw != "" && !strings.Contains(raw, "://") {
 		reason = strings.ReplaceAll(reason, raw, redacted)
 	}
 	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
@@ -335,6 +335,9 @@ func pathReason(err error) error {
 // trusted for TLS, whichever its form.
 func (g *globalOptions) redisTarget() (*redisTarget, error) {
 	what := fmt.Sprintf("--redis URL %q", redactURL(g.redisURL))
+	if g.urlFromEnv {
+		what = fmt.Sprintf("Redis URL %q in LANES_REDIS_URL", redactURL(g.redisURL))
+	}
 	if g.urlFile != "" {
 		raw, err := readURLFile(g.urlFile, g.urlFileFrom)
 		if err != nil {

@@ -31,6 +31,8 @@ type globalOptions struct {
 	// $LANES_REDIS_URL_FILE), read by open; urlFileFrom says which of the
 	// two named it, for messages.
 	urlFile, urlFileFrom string
+	// urlFromEnv: redisURL came from $LANES_REDIS_URL, for messages.
+	urlFromEnv bool
 	// caFile names the PEM file of the CAs that a rediss:// server's
 	// certificate must chain to (--redis-ca-file or $LANES_REDIS_CA_FILE);
 	// caFileFrom says which, for messages.
@@ -67,7 +69,7 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
 		case file != "":
 			g.urlFile, g.urlFileFrom = file, "LANES_REDIS_URL_FILE"
 		case url != "":
-			g.redisURL = url
+			g.redisURL, g.urlFromEnv = url, true
 		default:
 			g.redisURL = defaultRedisURL
 		}
