@@ -75,10 +75,6 @@ type Backend struct {
 	// The most requests or ids one script run takes (see EnqueuePiece and
 	// ReleasePiece); a step with more runs as several, in order.
 	enqueuePiece, idPiece int
-	// fcalls holds, per script of lua.Scripts (without ".lua"), the start
-	// of its FCALL on keys: "fcall", its function, the number of keys and
-	// the keys, boxed once (see fcall).
-	fcalls map[string][]any
 
 	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
@@ -123,15 +119,6 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 		if err := o(b); err != nil {
 			return nil, err
 		}
-	}
-	b.fcalls = make(map[string][]any, len(lua.Scripts))
-	for _, sc := range lua.Scripts {
-		name := strings.TrimSuffix(sc, ".lua")
-		head := []any{"fcall", functionName(name), len(b.keys)}
-		for _, k := range b.keys {
-			head = append(head, k)
-		}
-		b.fcalls[name] = head
 	}
 	return b, nil
 }
@@ -682,7 +669,7 @@ func (b *Backend) runKeys(ctx context.Context, s *redis.Script, name string, key
 func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys []string, args []any) (any, error) {
 	if b.functions.Load() >= 0 {
 		fn := functionName(name)
-		v, err := b.fcall(ctx, name, fn, keys, args)
+		v, err := b.c.FCall(ctx, fn, keys, args...).Result()
 		if err == nil {
 			if b.functions.Load() != 1 {
 				b.functions.Store(1)
@@ -696,7 +683,7 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 		if !unknownCommand(err) {
 			lerr := b.loadLibrary(ctx, keys[0])
 			if lerr == nil {
-				v, err = b.fcall(ctx, name, fn, keys, args)
+				v, err = b.c.FCall(ctx, fn, keys, args...).Result()
 				if err == nil || !noFunction(err) {
 					b.functions.Store(1)
 					return v, err
@@ -712,21 +699,6 @@ func (b *Backend) call(ctx context.Context, s *redis.Script, name string, keys [
 		b.functions.Store(-1)
 	}
 	return s.Run(ctx, b.c, keys, args...).Result()
-}
-
-// fcall runs FCALL of function fn (the script name's) on keys with args,
-// as the client's FCall does. On the namespace's keys it starts the
-// command with b.fcalls[name], so that its arguments cost one allocation,
-// not one per key.
-func (b *Backend) fcall(ctx context.Context, name, fn string, keys []string, args []any) (any, error) {
-	head, ok := b.fcalls[name]
-	if !ok || len(keys) != len(b.keys) || len(keys) == 0 || &keys[0] != &b.keys[0] {
-		return b.c.FCall(ctx, fn, keys, args...).Result()
-	}
-	cmd := redis.NewCmd(ctx, append(append(make([]any, 0, len(head)+len(args)), head...), args...)...)
-	cmd.SetFirstKeyPos(3) // as FCall: the keys start after "fcall", the function and their number
-	_ = b.c.Process(ctx, cmd)
-	return cmd.Result()
 }
 
 // functionName returns the name of the script name's function in
