@@ -298,7 +298,7 @@ func (s *Session) hint(hints []Hint) {
 		e := s.entries[h.ID]
 		switch {
 		case e == nil, h.Tokens != nil && e.lease != nil:
-		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline):
+		case grantable(e, h):
 			s.grantHinted(e, h)
 		case h.Tokens != nil && e.pending && e.early == nil:
 			// Its Enqueue step has not answered yet: the answer gives the
@@ -313,6 +313,13 @@ func (s *Session) hint(hints []Hint) {
 	if n > 0 {
 		s.wake()
 	}
+}
+
+// grantable reports whether the grant hint h is one the waiting entry e
+// may take: it names e's sequence number, known once e's Enqueue step
+// answered, and e's local deadline has not passed. s.mu is held.
+func grantable(e *entry, h Hint) bool {
+	return h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline)
 }
 
 // grantHinted takes the grant hint h of the waiting entry e. s.mu is held.
@@ -337,7 +344,7 @@ func (s *Session) takeEarly(e *entry, st Status) {
 	e.early = nil
 	switch {
 	case e.finished:
-	case e.lease == nil && st.Err == nil && st.State == Waiting && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline):
+	case e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
 		s.grantHinted(e, *h)
 	default:
 		s.hinted[e.id] = true
