@@ -283,8 +283,9 @@ func (s *Session) release(ctx context.Context, id string, step func(context.Cont
 // whose sequence number it knows is taken at once, provided the entry's
 // local deadline has not passed (a process stopped past it may have lost
 // the grant meanwhile): the grant did not move the entry's deadline, so the
-// local one stays right. Any other hint wakes the loop to poll those
-// entries; one with an empty ID, every entry.
+// local one stays right. A grant of an entry whose Enqueue step has not
+// answered yet is kept for that answer to take (takeEarly). Any other hint
+// wakes the loop to poll those entries; one with an empty ID, every entry.
 func (s *Session) hint(hints []Hint) {
 	s.mu.Lock()
 	n := 0
@@ -297,11 +298,12 @@ func (s *Session) hint(hints []Hint) {
 		e := s.entries[h.ID]
 		switch {
 		case e == nil, h.Tokens != nil && e.lease != nil:
-		case h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline):
-			s.grant(e, h.Tokens, false)
-			if !h.Granted.IsZero() {
-				s.tel.record(s.tel.handoff, seconds(max(time.Since(h.Granted), 0)), outcomeGranted)
-			}
+		case grantable(e, h):
+			s.grantHinted(e, h)
+		case h.Tokens != nil && e.pending && e.early == nil:
+			// Its Enqueue step has not answered yet: the answer gives the
+			// sequence number the grant must name (takeEarly).
+			e.early = &h
 		default:
 			s.hinted[h.ID] = true
 			n++
@@ -310,6 +312,42 @@ func (s *Session) hint(hints []Hint) {
 	s.mu.Unlock()
 	if n > 0 {
 		s.wake()
+	}
+}
+
+// grantable reports whether the grant hint h is one the waiting entry e
+// may take: it names e's sequence number, known once e's Enqueue step
+// answered, and e's local deadline has not passed. s.mu is held.
+func grantable(e *entry, h Hint) bool {
+	return h.Tokens != nil && !e.pending && e.seq != 0 && e.seq == h.Seq && time.Now().Before(e.deadline)
+}
+
+// grantHinted takes the grant hint h of the waiting entry e. s.mu is held.
+func (s *Session) grantHinted(e *entry, h Hint) {
+	s.grant(e, h.Tokens, false)
+	if !h.Granted.IsZero() {
+		s.tel.record(s.tel.handoff, seconds(max(time.Since(h.Granted), 0)), outcomeGranted)
+	}
+}
+
+// takeEarly takes the grant hint that came while e's Enqueue step was in
+// flight, now that the step answered st, as hint would have taken it had
+// it come after the answer: when the step left e waiting under the
+// sequence number the grant names, and e's local deadline has not passed.
+// Else e is polled, as any hint about a pending entry makes it. s.mu is
+// held.
+func (s *Session) takeEarly(e *entry, st Status) {
+	h := e.early
+	if h == nil {
+		return
+	}
+	e.early = nil
+	switch {
+	case e.finished:
+	case e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
+		s.grantHinted(e, *h)
+	default:
+		s.hinted[e.id] = true
 	}
 }
 

@@ -87,3 +87,115 @@ func (b *askedBackend) Heartbeat(ctx context.Context, owner string, ttl time.Dur
 	}
 	return b.Memory.Heartbeat(ctx, owner, ttl, ids)
 }
+
+// earlyBackend is a Memory backend that runs after once an Enqueue step
+// has changed the backend and before its answer reaches the Session: a
+// hint sent meanwhile finds the entry pending.
+type earlyBackend struct {
+	*Memory
+	after func(sts []Status)
+	asked chan string
+}
+
+func (b *earlyBackend) Enqueue(ctx context.Context, o Owner, ttl time.Duration, reqs []Request) ([]Status, error) {
+	sts, err := b.Memory.Enqueue(ctx, o, ttl, reqs)
+	if err == nil && b.after != nil {
+		b.after(sts)
+	}
+	return sts, err
+}
+
+func (b *earlyBackend) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]Status, error) {
+	for _, id := range ids {
+		select {
+		case b.asked <- id:
+		default:
+		}
+	}
+	return b.Memory.Heartbeat(ctx, owner, ttl, ids)
+}
+
+// A grant hint that comes while the entry's Enqueue step is in flight is
+// taken once the step answers Waiting under the sequence number the grant
+// names, as it would be had it come after the answer: the Session does not
+// ask the backend again. One that names another sequence number is not
+// taken: the Session asks.
+func TestGrantHintBeforeEnqueueAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.after = func([]Status) {
+		m.after = nil
+		if err := h.Release(ctx); err != nil { // grants w, whose step has not answered
+			t.Error(err)
+		}
+	}
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-tk[0].Ready():
+	default:
+		t.Fatal("a grant hint that came before the Enqueue step's answer was not taken with the answer")
+	}
+	s.mu.Lock()
+	polled := s.hinted["w"]
+	s.mu.Unlock()
+	if polled {
+		t.Error("the entry is to be polled though its grant hint was taken")
+	}
+	l, err := tk[0].Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := m.Inspect(ctx, []string{"K"}); err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 ||
+		snap.Keys[0].Holders[0].ID != "w" || snap.Keys[0].Holders[0].Token != l.Token("K") {
+		t.Fatalf("the backend's holders of K = %+v, %v; want w with token %d", snap, err, l.Token("K"))
+	}
+
+	// A grant hint of another sequence number: not taken, the entry asked about.
+	m.after = func(sts []Status) {
+		m.after = nil
+		s.hint([]Hint{{ID: "v", Seq: sts[0].Seq + 1, Tokens: map[string]uint64{"K": 99}}})
+	}
+	tk, err = s.Enqueue(ctx, Request{ID: "v", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for asked := false; !asked; {
+		select {
+		case id := <-m.asked:
+			asked = id == "v"
+		case <-ctx.Done():
+			t.Fatal("a grant hint of another sequence number did not make the waiter ask the backend")
+		}
+	}
+	select {
+	case <-tk[0].Ready():
+		t.Fatal("a grant hint of another sequence number was taken")
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l, err = tk[0].Wait(ctx); err != nil || l.Token("K") == 99 {
+		t.Fatalf("Wait() = %v, %v; want the backend's grant", l, err)
+	}
+	_ = l.Release(ctx)
+}

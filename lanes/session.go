@@ -72,6 +72,7 @@ type entry struct {
 	err      error  // set when it ended without a grant
 	finished bool   // no longer kept alive by this Session
 	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
+	early    *Hint  // a grant hint that came while pending, for apply to take
 	seq      uint64 // its sequence number in the backend, once known
 	epoch    string // the backend state's epoch it was enqueued in
 	ctx      context.Context
@@ -398,6 +399,7 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 			e.span.SetAttributes(AttrPosition.Int(far))
 		}
 		s.applyStatus(e, st, sent, false)
+		s.takeEarly(e, st)
 		kick = s.pollAgain(e, st) || kick || s.hinted[st.ID]
 	}
 	s.noteEpoch(sts)

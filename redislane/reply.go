@@ -3,6 +3,8 @@ package redislane
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -300,10 +302,21 @@ func parsePair(v any) (*record, time.Time, error) {
 	return &rec, msTime(int64(d)), nil
 }
 
-// parseHints reads a hint message: a JSON list of {"id", "q", "x"} (see
-// lib.lua's finish). Anything else is read as space-separated ids, hints
-// without a grant, so that a malformed message costs a poll, not a grant.
+// parseHints reads a hint message: a JSON list of {"id", "q", "x", "g"}
+// (see lib.lua's finish). Anything else is read as space-separated ids,
+// hints without a grant, so that a malformed message costs a poll, not a
+// grant. The messages as lib.lua writes them are read by readHints, without
+// reflection; any other goes through encoding/json (parseHintsJSON), and
+// both read a message readHints takes alike (a test holds them equal).
 func parseHints(payload string) []lanes.Hint {
+	if out, ok := readHints(payload); ok {
+		return out
+	}
+	return parseHintsJSON(payload)
+}
+
+// parseHintsJSON is parseHints by encoding/json.
+func parseHintsJSON(payload string) []lanes.Hint {
 	var msgs []struct {
 		ID string            `json:"id"`
 		Q  uint64            `json:"q"`
@@ -337,6 +350,188 @@ func parseHints(payload string) []lanes.Hint {
 		out = append(out, h)
 	}
 	return out
+}
+
+// readHints reads a hint message written as cjson writes lib.lua's: a
+// list of objects with the keys id (a string), q and g (whole numbers) and
+// x (an object of strings), each at most once, in any order, with no
+// space, no escape and no byte outside printable ASCII in a string, and
+// numbers as plain digits. It reports false for any other message, which
+// it leaves to parseHintsJSON.
+func readHints(p string) ([]lanes.Hint, bool) {
+	r := hintReader{p: p}
+	if !r.byte('[') {
+		return nil, false
+	}
+	out := make([]lanes.Hint, 0, 1)
+	if r.byte(']') {
+		return out, r.i == len(p)
+	}
+	for {
+		h, ok := r.hint()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, h)
+		if r.byte(']') {
+			return out, r.i == len(p)
+		}
+		if !r.byte(',') {
+			return nil, false
+		}
+	}
+}
+
+// hintReader reads a hint message from p, at i.
+type hintReader struct {
+	p string
+	i int
+}
+
+// byte takes c if it comes next.
+func (r *hintReader) byte(c byte) bool {
+	if r.i < len(r.p) && r.p[r.i] == c {
+		r.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string of printable ASCII without escapes.
+func (r *hintReader) str() (string, bool) {
+	if !r.byte('"') {
+		return "", false
+	}
+	for j := r.i; j < len(r.p); j++ {
+		switch c := r.p[j]; {
+		case c == '"':
+			s := r.p[r.i:j]
+			r.i = j + 1
+			return s, true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// num reads a whole number of plain digits (no sign, no leading zero, no
+// fraction or exponent) up to max.
+func (r *hintReader) num(max uint64) (uint64, bool) {
+	j := r.i
+	for j < len(r.p) && r.p[j] >= '0' && r.p[j] <= '9' {
+		j++
+	}
+	if j == r.i || (r.p[r.i] == '0' && j > r.i+1) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(r.p[r.i:j], 10, 64)
+	if err != nil || n > max {
+		return 0, false
+	}
+	r.i = j
+	return n, true
+}
+
+// hint reads one {"id", "q", "x", "g"} object as parseHintsJSON makes it a
+// Hint.
+func (r *hintReader) hint() (lanes.Hint, bool) {
+	var h lanes.Hint
+	if !r.byte('{') {
+		return h, false
+	}
+	if r.byte('}') {
+		return h, true
+	}
+	var seen [len(hintKeys)]bool
+	for {
+		k, ok := r.str()
+		if !ok || !r.byte(':') {
+			return h, false
+		}
+		f := slices.Index(hintKeys[:], k)
+		if f < 0 || seen[f] {
+			return h, false
+		}
+		seen[f] = true
+		switch k {
+		case "id":
+			if h.ID, ok = r.str(); !ok {
+				return h, false
+			}
+		case "q":
+			if h.Seq, ok = r.num(math.MaxUint64); !ok {
+				return h, false
+			}
+		case "g":
+			g, ok := r.num(math.MaxInt64)
+			if !ok {
+				return h, false
+			}
+			if g > 0 {
+				h.Granted = msTime(int64(g))
+			}
+		case "x":
+			if h.Tokens, ok = r.tokens(); !ok {
+				return h, false
+			}
+		}
+		if r.byte('}') {
+			return h, true
+		}
+		if !r.byte(',') {
+			return h, false
+		}
+	}
+}
+
+// hintKeys are the keys of a hint object that readHints knows.
+var hintKeys = [...]string{"id", "q", "x", "g"}
+
+// tokens reads the object of a grant's tokens, key to token as a string:
+// nil when it is empty or a token is not a whole number (not a grant the
+// Session can trust: it polls), as parseHintsJSON reads it. A key named
+// twice is left to parseHintsJSON.
+func (r *hintReader) tokens() (map[string]uint64, bool) {
+	if !r.byte('{') {
+		return nil, false
+	}
+	if r.byte('}') {
+		return nil, true
+	}
+	var tokens map[string]uint64
+	bad := false
+	for {
+		k, ok := r.str()
+		if !ok || !r.byte(':') {
+			return nil, false
+		}
+		v, ok := r.str()
+		if !ok {
+			return nil, false
+		}
+		if tokens == nil {
+			tokens = make(map[string]uint64, 1)
+		}
+		if _, dup := tokens[k]; dup {
+			return nil, false
+		}
+		tok, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			bad = true
+		}
+		tokens[k] = tok
+		if r.byte('}') {
+			break
+		}
+		if !r.byte(',') {
+			return nil, false
+		}
+	}
+	if bad {
+		return nil, true
+	}
+	return tokens, true
 }
 
 // parseRateView reads a key's window from inspect.lua (rate lanes): {} or

@@ -295,7 +295,7 @@ finish()`},
 	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
-		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline):`, New: `e.seq == h.Seq:`}},
+		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
 		Pkgs:  []string{"./lanes"},
 	},
 	{
