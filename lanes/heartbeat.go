@@ -293,6 +293,13 @@ func (s *Session) hint(hints []Hint) {
 		if h.ID == "" {
 			s.pollAll = true
 			n++
+			// An entry whose Enqueue step is in flight is asked about once
+			// the step answered: the beat pollAll starts skips it.
+			for id, e := range s.entries {
+				if e.pending {
+					s.hinted[id] = true
+				}
+			}
 			continue
 		}
 		e := s.entries[h.ID]
@@ -333,9 +340,9 @@ func (s *Session) grantHinted(e *entry, h Hint) {
 // takeEarly takes the grant hint that came while e's Enqueue step was in
 // flight, now that the step answered st, as hint would have taken it had
 // it come after the answer: when the step left e waiting under the
-// sequence number the grant names, and e's local deadline has not passed.
-// Else e is polled, as any hint about a pending entry makes it. s.mu is
-// held.
+// sequence number the grant names, e's local deadline has not passed, and
+// no other hint named e while the step was in flight. Else e is polled, as
+// any hint about a pending entry makes it. s.mu is held.
 func (s *Session) takeEarly(e *entry, st Status) {
 	h := e.early
 	if h == nil {
@@ -344,6 +351,10 @@ func (s *Session) takeEarly(e *entry, st Status) {
 	e.early = nil
 	switch {
 	case e.finished:
+	case s.hinted[e.id]:
+		// Another hint named e after the grant (it was released by force,
+		// revoked, taken over, or the namespace's state was reset): the
+		// grant may be gone, so e is polled (apply wakes the loop).
 	case e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
 		s.grantHinted(e, *h)
 	default:

@@ -1,0 +1,126 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A grant hint kept while the entry's Enqueue step is in flight is not
+// taken when a later hint named the entry before the step answered (an
+// operator released it by force after the grant): the Session asks the
+// backend instead, and the wait ends as the backend says, with no Lease
+// handed out for an entry it already heard is gone.
+func TestEarlyGrantHintThenRemovalIsNotTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.after = func([]Status) {
+		m.after = nil
+		if err := h.Release(ctx); err != nil { // grants w: its hint is kept
+			t.Error(err)
+		}
+		if _, err := m.Memory.Release(ctx, "", []string{"w"}); err != nil { // by force: a {"id"} hint
+			t.Error(err)
+		}
+	}
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	took := tk[0].e.lease != nil
+	s.mu.Unlock()
+	if took {
+		t.Error("a kept grant hint was taken though a later hint said the entry was removed")
+	}
+	if l, err := tk[0].Wait(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Wait() = %v, %v; want ErrLeaseLost (released by force)", l, err)
+	}
+}
+
+// A message on the namespace's channel (a reset: a Hint with an empty ID)
+// that comes while an entry's Enqueue step is in flight makes the Session
+// ask about that entry once the step answered, as about every other
+// entry; a grant hint kept for it meanwhile is not taken without asking.
+func TestNamespaceHintWhilePendingPollsTheEntry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An entry that is not pending: the beat the namespace's hint starts
+	// asks about it, which tells the test that beat is over.
+	o, err := s.Acquire(ctx, Request{ID: "o", Lanes: []Lane{{Key: "O", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Release(ctx)
+	m.after = func([]Status) {
+		m.after = nil
+		if err := h.Release(ctx); err != nil { // grants w: its hint is kept
+			t.Error(err)
+		}
+		s.hint([]Hint{{}}) // the namespace's channel: ask about every entry
+		for asked := false; !asked; {
+			select {
+			case id := <-m.asked:
+				asked = id == "o"
+			case <-ctx.Done():
+				t.Error("the namespace's hint did not make the Session ask about its entries")
+				return
+			}
+		}
+	}
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	took := tk[0].e.lease != nil
+	s.mu.Unlock()
+	if took {
+		t.Error("a kept grant hint was taken without asking, though the namespace's hint came after it")
+	}
+	timeout := time.After(3 * time.Second)
+	for asked := false; !asked; {
+		select {
+		case id := <-m.asked:
+			asked = id == "w"
+		case <-timeout:
+			t.Fatal("the entry pending when the namespace's hint came was never asked about")
+		}
+	}
+	l, err := tk[0].Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+}
