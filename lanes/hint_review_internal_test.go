@@ -124,3 +124,62 @@ func TestNamespaceHintWhilePendingPollsTheEntry(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// lossBackend is a Memory backend whose first Enqueue step naming "w"
+// runs, sees a grant hint of w come, and loses its reply; the namespace's
+// state is then lost whole (its sequence numbers start again), and the
+// step sent again answers w waiting, under the same sequence number, in
+// the new state.
+type lossBackend struct {
+	*Memory
+	s     *Session
+	tries int
+}
+
+func (b *lossBackend) Enqueue(ctx context.Context, o Owner, ttl time.Duration, reqs []Request) ([]Status, error) {
+	if reqs[0].ID != "w" {
+		return b.Memory.Enqueue(ctx, o, ttl, reqs)
+	}
+	b.tries++
+	if b.tries == 1 {
+		sts, err := b.Memory.Enqueue(ctx, o, ttl, reqs)
+		if err != nil {
+			return nil, err
+		}
+		b.s.hint([]Hint{{ID: "w", Seq: sts[0].Seq, Tokens: map[string]uint64{"K": 77}, Granted: time.Now()}})
+		return nil, ErrUnavailable // the reply is lost
+	}
+	return []Status{{ID: "w", State: Waiting, Seq: 1, Epoch: "after-loss"}}, nil
+}
+
+// A grant hint kept while an Enqueue step was in flight is not taken when
+// the step's answer comes from another epoch of the backend's state than
+// the one the Session knew when the hint came: the state was reset or lost
+// meanwhile, and sequence numbers may start again after a loss, so the
+// grant may belong to an entry that no longer exists.
+func TestEarlyGrantHintOfAnotherEpochIsNotTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b := &lossBackend{Memory: NewMemory()}
+	s, err := NewSession(ctx, b, WithTTL(time.Minute)) // no heartbeat of its own within the test
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b.s = s
+	h, err := s.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}}) // the Session learns the epoch
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	l := tk[0].e.lease
+	s.mu.Unlock()
+	if l != nil {
+		t.Fatalf("a grant hint kept before the state was lost was taken from an answer of the new state: token %d", l.Token("K"))
+	}
+}
