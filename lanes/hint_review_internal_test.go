@@ -183,3 +183,44 @@ func TestEarlyGrantHintOfAnotherEpochIsNotTaken(t *testing.T) {
 		t.Fatalf("a grant hint kept before the state was lost was taken from an answer of the new state: token %d", l.Token("K"))
 	}
 }
+
+// A grant hint kept for an entry whose wait ended while its Enqueue step
+// was in flight (the Session closed) is never taken: Wait reports
+// ErrClosed, and the entry is settled, not left holding K.
+func TestEarlyGrantHintAfterCloseIsNotTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	s, err := NewSession(ctx, m, WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.after = func([]Status) {
+		m.after = nil
+		if err := h.Release(ctx); err != nil { // grants w: its hint is kept
+			t.Error(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := tk[0].Wait(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Wait() = %v, %v; want ErrClosed", l, err)
+	}
+	if snap, err := m.Inspect(ctx, []string{"K"}); err != nil || len(snap.Keys) != 0 && len(snap.Keys[0].Holders) != 0 {
+		t.Fatalf("K after Close = %+v, %v; want no holder", snap, err)
+	}
+}
