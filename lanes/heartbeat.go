@@ -293,6 +293,13 @@ func (s *Session) hint(hints []Hint) {
 		if h.ID == "" {
 			s.pollAll = true
 			n++
+			// An entry whose Enqueue step is in flight is asked about once
+			// the step answered: the beat pollAll starts skips it.
+			for id, e := range s.entries {
+				if e.pending {
+					s.hinted[id] = true
+				}
+			}
 			continue
 		}
 		e := s.entries[h.ID]
@@ -303,7 +310,7 @@ func (s *Session) hint(hints []Hint) {
 		case h.Tokens != nil && e.pending && e.early == nil:
 			// Its Enqueue step has not answered yet: the answer gives the
 			// sequence number the grant must name (takeEarly).
-			e.early = &h
+			e.early, e.earlyIn = &h, s.epoch
 		default:
 			s.hinted[h.ID] = true
 			n++
@@ -333,9 +340,11 @@ func (s *Session) grantHinted(e *entry, h Hint) {
 // takeEarly takes the grant hint that came while e's Enqueue step was in
 // flight, now that the step answered st, as hint would have taken it had
 // it come after the answer: when the step left e waiting under the
-// sequence number the grant names, and e's local deadline has not passed.
-// Else e is polled, as any hint about a pending entry makes it. s.mu is
-// held.
+// sequence number the grant names, e's local deadline has not passed, no
+// other hint named e while the step was in flight, and the step answered
+// from the epoch of the backend's state the Session knew when the grant
+// came. Else e is polled, as any hint about a pending entry makes it. s.mu
+// is held.
 func (s *Session) takeEarly(e *entry, st Status) {
 	h := e.early
 	if h == nil {
@@ -344,6 +353,17 @@ func (s *Session) takeEarly(e *entry, st Status) {
 	e.early = nil
 	switch {
 	case e.finished:
+	case s.hinted[e.id]:
+		// Another hint named e after the grant (it was released by force,
+		// revoked, taken over, or the namespace's state was reset): the
+		// grant may be gone, so e is polled (apply wakes the loop).
+	case e.earlyIn != "" && st.Epoch != e.earlyIn:
+		// The step answered from another epoch of the backend's state than
+		// the Session knew when the grant came: the state was reset or lost
+		// meanwhile (a step sent again after a lost reply), and after a
+		// loss sequence numbers start again, so the grant may be of an
+		// entry that no longer exists.
+		s.hinted[e.id] = true
 	case e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
 		s.grantHinted(e, *h)
 	default:

@@ -73,6 +73,7 @@ type entry struct {
 	finished bool   // no longer kept alive by this Session
 	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
 	early    *Hint  // a grant hint that came while pending, for apply to take
+	earlyIn  string // the backend state's epoch the Session knew when early came
 	seq      uint64 // its sequence number in the backend, once known
 	epoch    string // the backend state's epoch it was enqueued in
 	ctx      context.Context
