@@ -357,9 +357,10 @@ func (s *Session) takeEarly(e *entry, st Status) {
 		// Another hint named e after the grant (it was released by force,
 		// revoked, taken over, or the namespace's state was reset): the
 		// grant may be gone, so e is polled (apply wakes the loop).
-	case e.earlyIn != "" && st.Epoch != e.earlyIn:
+	case e.earlyIn == "" || st.Epoch != e.earlyIn:
 		// The step answered from another epoch of the backend's state than
-		// the Session knew when the grant came: the state was reset or lost
+		// the Session knew when the grant came, or the Session knew none
+		// yet (its first step): the state may have been reset or lost
 		// meanwhile (a step sent again after a lost reply), and after a
 		// loss sequence numbers start again, so the grant may be of an
 		// entry that no longer exists.

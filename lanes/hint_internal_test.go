@@ -135,6 +135,15 @@ func TestGrantHintBeforeEnqueueAnswer(t *testing.T) {
 	}
 	defer s.Close()
 
+	// A first step: the Session knows the epoch of the backend's state
+	// (an early grant is taken only from an answer of the epoch it came in).
+	warm, err := s.Acquire(ctx, Request{Lanes: []Lane{{Key: "warm", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
 	if err != nil {
 		t.Fatal(err)
@@ -196,6 +205,59 @@ func TestGrantHintBeforeEnqueueAnswer(t *testing.T) {
 	}
 	if l, err = tk[0].Wait(ctx); err != nil || l.Token("K") == 99 {
 		t.Fatalf("Wait() = %v, %v; want the backend's grant", l, err)
+	}
+	_ = l.Release(ctx)
+}
+
+// A grant hint that comes while a Session's first Enqueue step is in
+// flight is not taken with the answer: the Session knew no epoch of the
+// backend's state when it came, so it cannot tell the grant from one of a
+// state lost since (a step sent again after a lost reply, where sequence
+// numbers start again). The Session asks, and gets the grant from the
+// backend.
+func TestGrantHintOnTheFirstStepIsAskedAbout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	s, err := NewSession(ctx, m, WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.after = func([]Status) {
+		m.after = nil
+		if err := h.Release(ctx); err != nil { // grants w, whose step has not answered
+			t.Error(err)
+		}
+	}
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for asked := false; !asked; {
+		select {
+		case id := <-m.asked:
+			asked = id == "w"
+		case <-ctx.Done():
+			t.Fatal("a grant hint of the Session's first step was not asked about")
+		}
+	}
+	l, err := tk[0].Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := m.Inspect(ctx, []string{"K"}); err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 ||
+		snap.Keys[0].Holders[0].ID != "w" || snap.Keys[0].Holders[0].Token != l.Token("K") {
+		t.Fatalf("the backend's holders of K = %+v, %v; want w with token %d", snap, err, l.Token("K"))
 	}
 	_ = l.Release(ctx)
 }
