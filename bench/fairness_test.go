@@ -68,3 +68,29 @@ func TestSpread(t *testing.T) {
 		t.Errorf("formatRatio: %q", got)
 	}
 }
+
+// A grant after the cell's end passes over nobody: the waiters ahead left
+// the queue because the cell ended (their contexts were done). endCell
+// forgets it, as grants/s does; grants before the end still count.
+func TestEndCell(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
+	end := at(100)
+	ops := []op{
+		{proc: 0, arrive: at(0), granted: at(5)},
+		{proc: 1, arrive: at(98), queued: at(98.2)},                    // still waiting at the end
+		{proc: 2, arrive: at(99.5), queued: at(101), granted: at(101)}, // granted once the end freed the key
+	}
+	if out, _, _ := fairness(ops, 3, time.Millisecond); out == 0 {
+		t.Fatalf("before endCell: fairness = 0; want the late grant counted as passing over proc 1 (the case endCell is for)")
+	}
+	if n := endCell(ops, end); n != 1 {
+		t.Errorf("endCell = %d grants; want 1, the one before the end", n)
+	}
+	if out, _, _ := fairness(ops, 3, time.Millisecond); out != 0 {
+		t.Errorf("after endCell: fairness = %v; want 0", out)
+	}
+	if !ops[2].granted.IsZero() || ops[0].granted != at(5) {
+		t.Errorf("endCell left %v and %v; want the late grant forgotten and the other kept", ops[2].granted, ops[0].granted)
+	}
+}

@@ -62,7 +62,7 @@ type op struct {
 	proc    int
 	arrive  time.Time
 	queued  time.Time // when the request was surely queued (lanes: its Enqueue returned); zero: unknown
-	granted time.Time // zero: not granted before the cell ended
+	granted time.Time // zero: not granted before the cell ended (endCell)
 }
 
 // cellResult is what one cell of one contender measured.
@@ -221,12 +221,26 @@ func runCell(ctx context.Context, e *env, k *kind, c cell) (cellResult, error) {
 	}
 	_, serverCPU := srv1.sub(srv0)
 	r := cellResult{errs: int(errs.Load()), ops: all, rt: rt.Load(), clientCPU: cpu1 - cpu0, serverCPU: serverCPU}
-	for _, o := range all {
-		if !o.granted.IsZero() && !o.granted.After(end) {
-			r.grants++
+	r.grants = endCell(all, end)
+	return r, nil
+}
+
+// endCell forgets the grants of ops that came after the cell's end, and
+// returns how many came before. An op granted after the end is one that
+// its process was still waiting for when the cell ended: the grant may be
+// one that the ending itself freed (the waiters ahead, their context done,
+// left the queue), which passes over nobody, and grants/s does not count
+// it either.
+func endCell(ops []op, end time.Time) (grants int) {
+	for i := range ops {
+		switch {
+		case ops[i].granted.After(end):
+			ops[i].granted = time.Time{}
+		case !ops[i].granted.IsZero():
+			grants++
 		}
 	}
-	return r, nil
+	return grants
 }
 
 // processCPU is this program's CPU time so far (user+sys), in seconds.
