@@ -115,6 +115,42 @@ func (b *earlyBackend) Heartbeat(ctx context.Context, owner string, ttl time.Dur
 	return b.Memory.Heartbeat(ctx, owner, ttl, ids)
 }
 
+// earlyScene is the scene of the early grant hint tests: an earlyBackend;
+// a holder Session whose Lease h holds K (limit 1); and the Session s
+// under test, with a TTL of a minute (no heartbeat of its own within a
+// test). When warm, s took one step already, so it knows the epoch of the
+// backend's state: an early grant is taken only from an answer of the
+// epoch it came in, never on a Session's first step. Both Sessions close
+// when the test ends.
+func earlyScene(ctx context.Context, t *testing.T, warm bool) (m *earlyBackend, s *Session, h *Lease) {
+	t.Helper()
+	m = &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
+	holder, err := NewSession(ctx, m.Memory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	s, err = NewSession(ctx, m, WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if warm {
+		l, err := s.Acquire(ctx, Request{Lanes: []Lane{{Key: "warm", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err = holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, s, h
+}
+
 // A grant hint that comes while the entry's Enqueue step is in flight is
 // taken once the step answers Waiting under the sequence number the grant
 // names, as it would be had it come after the answer: the Session does not
@@ -123,31 +159,7 @@ func (b *earlyBackend) Heartbeat(ctx context.Context, owner string, ttl time.Dur
 func TestGrantHintBeforeEnqueueAnswer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-
-	// A first step: the Session knows the epoch of the backend's state
-	// (an early grant is taken only from an answer of the epoch it came in).
-	warm, err := s.Acquire(ctx, Request{Lanes: []Lane{{Key: "warm", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, h := earlyScene(ctx, t, true)
 	m.after = func([]Status) {
 		m.after = nil
 		if err := h.Release(ctx); err != nil { // grants w, whose step has not answered
@@ -218,21 +230,7 @@ func TestGrantHintBeforeEnqueueAnswer(t *testing.T) {
 func TestGrantHintOnTheFirstStepIsAskedAbout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	s, err := NewSession(ctx, m, WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, h := earlyScene(ctx, t, false)
 	m.after = func([]Status) {
 		m.after = nil
 		if err := h.Release(ctx); err != nil { // grants w, whose step has not answered

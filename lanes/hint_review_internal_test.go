@@ -15,21 +15,7 @@ import (
 func TestEarlyGrantHintThenRemovalIsNotTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, h := earlyScene(ctx, t, true)
 	m.after = func([]Status) {
 		m.after = nil
 		if err := h.Release(ctx); err != nil { // grants w: its hint is kept
@@ -61,21 +47,7 @@ func TestEarlyGrantHintThenRemovalIsNotTaken(t *testing.T) {
 func TestNamespaceHintWhilePendingPollsTheEntry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, h := earlyScene(ctx, t, true)
 	// An entry that is not pending: the beat the namespace's hint starts
 	// asks about it, which tells the test that beat is over.
 	o, err := s.Acquire(ctx, Request{ID: "o", Lanes: []Lane{{Key: "O", Limit: 1}}})
@@ -190,20 +162,7 @@ func TestEarlyGrantHintOfAnotherEpochIsNotTaken(t *testing.T) {
 func TestEarlyGrantHintAfterCloseIsNotTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	m := &earlyBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	s, err := NewSession(ctx, m, WithTTL(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, s, h := earlyScene(ctx, t, true)
 	m.after = func([]Status) {
 		m.after = nil
 		if err := h.Release(ctx); err != nil { // grants w: its hint is kept
