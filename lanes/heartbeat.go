@@ -357,15 +357,13 @@ func (s *Session) takeEarly(e *entry, st Status) {
 		// Another hint named e after the grant (it was released by force,
 		// revoked, taken over, or the namespace's state was reset): the
 		// grant may be gone, so e is polled (apply wakes the loop).
-	case e.earlyIn == "" || st.Epoch != e.earlyIn:
-		// The step answered from another epoch of the backend's state than
-		// the Session knew when the grant came, or the Session knew none
-		// yet (its first step): the state may have been reset or lost
-		// meanwhile (a step sent again after a lost reply), and after a
-		// loss sequence numbers start again, so the grant may be of an
-		// entry that no longer exists.
-		s.hinted[e.id] = true
-	case e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
+	case e.earlyIn != "" && st.Epoch == e.earlyIn && e.lease == nil && st.Err == nil && st.State == Waiting && grantable(e, *h):
+		// (An answer from another epoch than the Session knew when the
+		// grant came, or a grant that came before the Session knew any,
+		// its first step, is polled: the state may have been reset or lost
+		// meanwhile, a step sent again after a lost reply, and after a loss
+		// sequence numbers start again, so the grant may be of an entry
+		// that no longer exists.)
 		s.grantHinted(e, *h)
 	default:
 		s.hinted[e.id] = true

@@ -582,10 +582,10 @@ end
 -- hash-max-listpack-value (64 bytes), so that Redis keeps the hash in its
 -- hashtable encoding from the first write (it never converts back). In
 -- the listpack encoding, which Redis keeps up to hash-max-listpack-entries
--- fields (512 by default in Redis 7), a field is found
--- by a linear search, and a namespace of a few hundred keys (a record is
--- never removed) would pay for it on every read and write. (A literal:
--- the library's load runs no code of string.)
+-- fields (512 by default in Redis 7), a field is found by a linear search,
+-- and a namespace of a few hundred keys (a record is never removed) would
+-- pay for it on every read and write. (A literal: the library's load runs
+-- no code of string.)
 local HASHTABLE_PAD = 'a value longer than 64 bytes keeps this hash in the hashtable encoding'
 
 local function mark()
