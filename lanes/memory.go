@@ -554,8 +554,9 @@ func (m *Memory) begin() *step {
 // ends first: its waiting borrowers join those keys' queues at their own
 // sequence numbers, its holding borrowers are revoked (their owners are
 // told), and while any of them holds, e keeps its slots until the last one
-// goes (its deadline the latest of theirs). A borrower's removal removes a
-// lender so kept once it lends to no holder.
+// goes (its deadline the latest of theirs, and raised with theirs: see
+// extendLenders). A borrower's removal removes a lender so kept once it
+// lends to no holder.
 func (st *step) remove(e *memEntry, touched map[string]bool) {
 	m := st.m
 	if e.held && !e.kept && len(m.borrowers[e.ID]) > 0 {
@@ -590,6 +591,7 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 					e.deadline = b.deadline
 				}
 			}
+			m.extendLenders(e)
 			return
 		}
 	}
@@ -625,6 +627,20 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 	for _, z := range lenders {
 		if m.entries[z.ID] == z && z.kept && !m.lendsToHolder(z) {
 			st.remove(z, touched)
+		}
+	}
+}
+
+// extendLenders raises the deadline of each kept lender of e (and of
+// theirs, up the lineage) to e's, when e's is later: a kept lender's
+// deadline is the latest of its holding borrowers', a borrower kept for
+// borrowers of its own included, so that it keeps its slots as long as
+// they do. m.mu is held.
+func (m *Memory) extendLenders(e *memEntry) {
+	for _, z := range e.borrowed {
+		if m.entries[z.ID] == z && z.kept && e.deadline.After(z.deadline) {
+			z.deadline = e.deadline
+			m.extendLenders(z)
 		}
 	}
 }

@@ -265,3 +265,46 @@ func TestDifferentialKnownSettleLifetime(t *testing.T) {
 			"enq o1 100ms e1:k0/1")
 	})
 }
+
+// A lender and its borrower that expire in one step, the borrower lending
+// in turn to a holder with a longer lease. The step's reap ends the lender
+// first, kept with the borrower's deadline (passed), then the borrower,
+// kept with its own borrower's. Both backends were wrong, each its own
+// way: memory left the lender past its deadline until its next step, which
+// removed the chain (so another owner's enqueue of the lender's id was
+// refused in the step before and granted in the step after); Redis removed
+// it at once when a request named its id (enqueue.lua's check of a
+// deadline) or its key (purge). Either way the last borrower's keys passed
+// on while its lease ran. Now a kept borrower raises its kept lenders'
+// deadlines to its own (extend_lenders, Memory.extendLenders); the
+// conformance test ChainKeptForLastBorrower checks the keys stay held on
+// every backend, real Redis included.
+func TestDifferentialKnownChainOfEndedLenders(t *testing.T) {
+	t.Run("id of the lender enqueued again", func(t *testing.T) {
+		knownDiff(t, 'A', 6, "mismatch memory/miniredis enq result",
+			"another owner's enqueue of the expired lender's id: refused on memory (the lender kept, past its "+
+				"deadline), granted on Redis (removed with its chain while the last borrower's lease ran)",
+			"enq o2 350ms e3:k2/2",
+			"enq o3 350ms e4:k0/3,k2/2:e3",
+			"adv 150ms",
+			"adv 50ms",
+			"enq o3 350ms e1:k0/3:e4",
+			"adv 150ms",
+			"enq o1 100ms e3:k2/2",
+			"rel - e1 e3 e4",
+			"insp")
+	})
+	t.Run("steps that name neither", func(t *testing.T) {
+		knownDiff(t, 'A', 6, "invariant memory rel model",
+			"an operator's release of the lender after a heartbeat step at its deadline: memory removed the "+
+				"chain at the release step's start (the lender past its deadline) and answered gone, want held",
+			"enq o2 350ms e3:k2/2",
+			"enq o3 350ms e4:k0/3,k2/2:e3",
+			"adv 200ms",
+			"enq o3 350ms e1:k0/3:e4",
+			"adv 150ms",
+			"hb o2 100ms",
+			"rel - e3",
+			"insp")
+	})
+}

@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 		{"IDBoundToRequest", testIDBoundToRequest},
 		{"DuplicateIDsInOneStep", testDuplicateIDsInOneStep},
 		{"BorrowerEndsWithLender", testBorrowerEndsWithLender},
+		{"ChainKeptForLastBorrower", testChainKeptForLastBorrower},
 		{"RefusedCycleKeepsLimits", testRefusedCycleKeepsLimits},
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},

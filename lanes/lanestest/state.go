@@ -3,6 +3,7 @@ package lanestest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,6 +154,40 @@ func testBorrowerEndsWithLender(t *testing.T, inst Instance) {
 		t.Fatalf("W3's token %d; want above the lender's %d", b3.Token("K"), a2.Token("K"))
 	}
 	release(t, b3)
+}
+
+// Invariant 10 down a chain: a lender A and its borrower B that expire
+// together, B lending in turn to C with a longer lease, keep their slots
+// for C: the keys pass on when C's owner releases it, not at A's deadline,
+// however many steps come between (the step that reaps A and B leaves A's
+// deadline at C's, not at B's old one). Waits out a short TTL where the
+// instance has no Advance.
+func testChainKeptForLastBorrower(t *testing.T, inst Instance) {
+	b := inst.Backend
+	ttl := 300 * time.Millisecond
+	short := newDirect(t, b, "short-owner", ttl)
+	long := newDirect(t, b, "long-owner", time.Minute)
+	queued := newDirect(t, b, "queued-owner", time.Minute)
+	sts := short.enqueue(req("A", "K2", 1), nested(req("B", "K0", 1, "K2", 1), "A"))
+	wantStates(t, sts, map[string]lanes.State{"A": lanes.Held, "B": lanes.Held})
+	wantStates(t, long.enqueue(nested(req("C", "K0", 1), "B")), map[string]lanes.State{"C": lanes.Held})
+	sts = queued.enqueue(req("W0", "K0", 1), req("W2", "K2", 1))
+	wantStates(t, sts, map[string]lanes.State{"W0": lanes.Waiting, "W2": lanes.Waiting})
+	pass(inst, 2*ttl)
+	for i := range 3 { // the first step reaps A and B; none may free their keys
+		for key, want := range map[string]string{"K0": "B", "K2": "A"} {
+			ks := inspect(t, b, key)
+			if !equal(holderIDs(ks), []string{want}) || !ks.Holders[0].Ended || len(ks.Waiters) != 1 {
+				t.Fatalf("step %d after A and B expired, %s = %+v; want %s kept (Ended) for C, whose lease runs, and one waiter", i+1, key, ks, want)
+			}
+		}
+	}
+	rel := long.release("C")
+	if got := slices.Sorted(slices.Values(rel.Granted)); !equal(got, []string{"W0", "W2"}) {
+		t.Fatalf("C's release granted %v; want [W0 W2]: the last borrower's release frees the chain", rel.Granted)
+	}
+	queued.release("W0", "W2")
+	assertEmpty(t, b)
 }
 
 // Invariant 13: a request refused as a lock cycle changes nothing of the

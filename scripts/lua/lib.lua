@@ -815,15 +815,31 @@ local function lent(e)
   return redis.call('ZRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')
 end
 
+-- extend_lenders raises the deadline of each kept lender of e (and of
+-- theirs, up the lineage) to dl, when dl is later: a kept lender's
+-- deadline is the latest of its holding borrowers', a borrower kept for
+-- borrowers of its own included, so that it keeps its slots as long as
+-- they do.
+local function extend_lenders(e, dl)
+  for _, a in pairs(e.r or {}) do
+    local z = load(a)
+    if z and z.z and dl > tonumber(redis.call('ZSCORE', K_DEADLINES, a) or '0') then
+      redis.call('ZADD', K_DEADLINES, dec(dl), a)
+      extend_lenders(z, dl)
+    end
+  end
+end
+
 -- remove takes e out of the namespace and notes its keys in touched
 -- (DESIGN.md invariant 10). A holder that lends keys to nested entries
 -- ends first: its waiting borrowers join those keys' queues at their own
 -- sequence numbers, its holding borrowers are revoked (their owners are
 -- told, and they are gone to them), and while any of them holds, e keeps
 -- its slots (z), until the last one is released or expires (e's deadline
--- is then the latest of theirs). So the next holder of a key is granted
--- only after each borrower's owner was told, or its lease ran out. A
--- borrower's removal removes a lender so kept once it lends to no holder.
+-- is then the latest of theirs, and raised with theirs: extend_lenders).
+-- So the next holder of a key is granted only after each borrower's owner
+-- was told, or its lease ran out. A borrower's removal removes a lender so
+-- kept once it lends to no holder.
 local remove
 remove = function(e, touched)
   if e.s == 'h' and e.b and not e.z then
@@ -867,6 +883,7 @@ remove = function(e, touched)
       e.z = 1
       store(e)
       redis.call('ZADD', K_DEADLINES, dec(dl), e.id)
+      extend_lenders(e, dl)
       if dl <= NOW then
         -- kept with a deadline that passed already (its borrowers'
         -- expiries not reaped yet): a purge of its keys later in this
