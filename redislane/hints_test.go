@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lanes-dev/lanes/lanes"
 )
 
 // cjsonHints are hint messages as lib.lua's finish publishes them (cjson:
@@ -148,4 +150,19 @@ func BenchmarkParseHints(b *testing.B) {
 			parseHintsJSON(msg)
 		}
 	})
+}
+
+// TestMalformedHintAsksAboutEveryEntry: a message that is no JSON list of
+// hints (a damaged or hand-written PUBLISH) is read as one hint without an
+// id, so the owner asks about every entry it has, and no wake-up is lost
+// to it; an empty list is no hint.
+func TestMalformedHintAsksAboutEveryEntry(t *testing.T) {
+	for _, msg := range []string{``, `a b c`, `null`, `{"reset":"1"}`, `[{"id":"a"},]`, `[{"id":"a"`, `[1]`, `["a"]`} {
+		if got := parseHints(msg); !reflect.DeepEqual(got, []lanes.Hint{{}}) {
+			t.Errorf("parseHints(%q) = %#v; want one hint about every entry", msg, got)
+		}
+	}
+	if got := parseHints(`[]`); len(got) != 0 {
+		t.Errorf("parseHints(`[]`) = %#v; want none", got)
+	}
 }

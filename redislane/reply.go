@@ -303,9 +303,9 @@ func parsePair(v any) (*record, time.Time, error) {
 }
 
 // parseHints reads a hint message: a JSON list of {"id", "q", "x", "g"}
-// (see lib.lua's finish). Anything else is read as space-separated ids,
-// hints without a grant, so that a malformed message costs a poll, not a
-// grant. The messages as lib.lua writes them are read by readHints, without
+// (see lib.lua's finish). Anything else is read as one hint with no id,
+// about every entry (lanes.Hint), so that a malformed message costs a poll
+// of the owner's entries, never a grant nor a lost wake-up. The messages as lib.lua writes them are read by readHints, without
 // reflection; any other goes through encoding/json (parseHintsJSON), and
 // both read a message readHints takes alike (a test holds them equal).
 func parseHints(payload string) []lanes.Hint {
@@ -323,12 +323,8 @@ func parseHintsJSON(payload string) []lanes.Hint {
 		X  map[string]string `json:"x"`
 		G  int64             `json:"g"`
 	}
-	if err := json.Unmarshal([]byte(payload), &msgs); err != nil {
-		var out []lanes.Hint
-		for _, id := range strings.Fields(payload) {
-			out = append(out, lanes.Hint{ID: id})
-		}
-		return out
+	if err := json.Unmarshal([]byte(payload), &msgs); err != nil || msgs == nil {
+		return []lanes.Hint{{}} // not a list of hints: ask about every entry
 	}
 	out := make([]lanes.Hint, 0, len(msgs))
 	for _, m := range msgs {
