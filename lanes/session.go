@@ -43,12 +43,13 @@ type Session struct {
 	unsubscribe    func()
 
 	mu       sync.Mutex
-	entries  map[string]*entry // waiters and holders kept alive
-	hinted   map[string]bool   // waiters a hint named since the last beat
-	pollAll  bool              // a hint asked about every entry
-	epoch    string            // the backend state's epoch, as last seen
-	lastErr  error             // the last heartbeat's error; nil after a success
-	inflight time.Time         // when the heartbeat now in flight was sent; zero when none
+	entries  map[string]*entry        // waiters and holders kept alive
+	hinted   map[string]bool          // waiters a hint named since the last beat
+	settling map[string]chan struct{} // ids a background settle has not finished with: closed when done
+	pollAll  bool                     // a hint asked about every entry
+	epoch    string                   // the backend state's epoch, as last seen
+	lastErr  error                    // the last heartbeat's error; nil after a success
+	inflight time.Time                // when the heartbeat now in flight was sent; zero when none
 	closed   bool
 
 	enq *batcher[Request, Status]     // Enqueue steps of concurrent callers, merged
@@ -151,6 +152,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		releaseTimeout: DefaultReleaseTimeout,
 		entries:        map[string]*entry{},
 		hinted:         map[string]bool{},
+		settling:       map[string]chan struct{}{},
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
@@ -231,13 +233,18 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // make it safe) until ctx ends or a TTL has passed. If it still fails, or
 // ctx ends first, it settles what it sent: it releases those ids and leaves
 // tombstones, so that a copy of the step still in flight cannot create
-// entries that nobody keeps alive. On error nothing is kept alive and the
+// entries that nobody keeps alive; an Enqueue of such an id meanwhile waits
+// for that settle, and is then refused (ErrIDRetired) while the tombstone
+// lives. On error nothing is kept alive and the
 // error wraps ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
 // ErrWaitTimeout (ctx ended), or ErrClosed.
 func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, error) {
 	tickets, send, err := s.prepare(ctx, reqs)
 	if err != nil || len(send) == 0 {
 		return tickets, err
+	}
+	if err := s.awaitSettles(ctx, send); err != nil {
+		return nil, s.abort(ctx, tickets, nil, err)
 	}
 	sent := tickets[0].e.queued
 	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
@@ -461,11 +468,55 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 	return err
 }
 
+// awaitSettles waits until no background settle of this Session is busy
+// with an id of reqs, so that a request is not sent between a failed
+// step's ids and their settle: the settle would then remove the entry it
+// made, or renewed, behind its back. After the settle the backend refuses
+// those ids (ErrIDRetired) while their tombstones live. It returns ctx's
+// error if ctx ends first.
+func (s *Session) awaitSettles(ctx context.Context, reqs []Request) error {
+	for {
+		var busy chan struct{}
+		s.mu.Lock()
+		for _, r := range reqs {
+			if busy = s.settling[r.ID]; busy != nil {
+				break
+			}
+		}
+		s.mu.Unlock()
+		if busy == nil {
+			return nil
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return s.waitError(ctx)
+		}
+	}
+}
+
 // settleLater settles ids in the background: it releases them and leaves
 // tombstones for twice the TTL, trying again while the backend cannot be
-// reached, for up to twice the TTL (the entries expire within one).
+// reached, for up to twice the TTL (the entries expire within one). Until
+// it is done, an Enqueue of one of the ids waits for it (awaitSettles).
 func (s *Session) settleLater(ids []string) {
+	done := make(chan struct{})
+	s.mu.Lock()
+	for _, id := range ids {
+		s.settling[id] = done
+	}
+	s.mu.Unlock()
 	settle := func() {
+		defer func() {
+			s.mu.Lock()
+			for _, id := range ids {
+				if s.settling[id] == done {
+					delete(s.settling, id)
+				}
+			}
+			s.mu.Unlock()
+			close(done)
+		}()
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*s.ttl+s.releaseTimeout)
 		defer cancel()

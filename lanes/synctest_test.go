@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -150,6 +151,77 @@ func TestOnLostRunsBeforeTheSlotsGoBack(t *testing.T) {
 		l.OnLost(func() { ran = true })
 		if !ran {
 			t.Fatal("OnLost on a lease already lost did not run at once")
+		}
+	})
+}
+
+// settleGate is a Memory whose next Enqueue runs but fails as if its reply
+// were unreadable, and whose Settle steps wait until gate is closed.
+type settleGate struct {
+	*lanes.Memory
+	failNext atomic.Bool
+	gate     chan struct{}
+}
+
+func (g *settleGate) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration, reqs []lanes.Request) ([]lanes.Status, error) {
+	st, err := g.Memory.Enqueue(ctx, o, ttl, reqs)
+	if err == nil && g.failNext.CompareAndSwap(true, false) {
+		return nil, errors.New("injected: the step ran, its reply was unreadable")
+	}
+	return st, err
+}
+
+func (g *settleGate) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (lanes.Released, error) {
+	<-g.gate
+	return g.Memory.Settle(ctx, owner, lifetime, ids)
+}
+
+// An Enqueue that failed after its step may have run settles its ids in
+// the background (a release and a tombstone). The same ids enqueued again
+// before that settle has run are not sent until it has: they are refused
+// as retired (ErrIDRetired), as they are after it, and never granted an
+// entry the settle then removes behind the lease's back.
+func TestEnqueueAfterFailedEnqueueWaitsForItsSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		m := lanes.NewMemory()
+		g := &settleGate{Memory: m, gate: make(chan struct{})}
+		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := lanes.Request{ID: "job-1", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}
+		g.failNext.Store(true)
+		if _, err := s.Enqueue(ctx, req); err == nil {
+			t.Fatal("Enqueue with an unreadable reply succeeded")
+		}
+		var again []*lanes.Ticket
+		var againErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			again, againErr = s.Enqueue(ctx, req)
+		}()
+		synctest.Wait() // the second Enqueue has sent its step, or waits for the settle
+		close(g.gate)
+		<-done
+		if againErr != nil {
+			t.Fatalf("the second Enqueue = %v; want its ticket to carry the refusal", againErr)
+		}
+		if l, err := again[0].Wait(ctx); !errors.Is(err, lanes.ErrIDRetired) {
+			t.Fatalf("the id enqueued again during its settle: Wait = %v, %v; want ErrIDRetired", l, err)
+		}
+		snap, err := m.Inspect(ctx, []string{"k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ks := range snap.Keys {
+			if len(ks.Holders)+len(ks.Waiters) != 0 {
+				t.Fatalf("k = %+v; want nothing left", ks)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
 		}
 	})
 }
