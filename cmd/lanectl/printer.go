@@ -144,8 +144,9 @@ func writeStatusTable(out io.Writer, v statusView) error {
 }
 
 // writeRateTable writes, after a blank line, one line per rate key: its
-// rate, the units spent in the window, when the next units leave it, and
-// how many wait. Nothing when no key has a rate.
+// rate, the units spent in the window, when the next units leave it
+// ("now" while some are free), and how many wait. Nothing when no key has
+// a rate.
 func writeRateTable(out io.Writer, v statusView) error {
 	var tw *tabwriter.Writer
 	for _, k := range v.Keys {
@@ -157,8 +158,8 @@ func writeRateTable(out io.Writer, v statusView) error {
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RATE KEY\tRATE\tSPENT\tNEXT FREE IN\tWAITERS")
 		}
-		next := "-"
-		if k.Rate.Spent > 0 {
+		next := "now"
+		if k.Rate.Spent >= k.Rate.Limit {
 			next = ms(k.Rate.NextFreeMS)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%d\n", cell(k.Key), k.Rate.Rate, k.Rate.Spent, k.Rate.Limit, next, len(k.Waiters))

@@ -52,3 +52,28 @@ func TestCallID(t *testing.T) {
 		t.Errorf("callID(300 bytes) = %d bytes, %q; want at most %d bytes cut on a rune", len(long), long, maxCallID)
 	}
 }
+
+// TestRateTableNextFree: NEXT FREE IN says "now" while the window has
+// units free, and how long until the next leave it once all are spent.
+func TestRateTableNextFree(t *testing.T) {
+	v := statusView{Keys: []statusKey{
+		{Key: "free", Rate: &rateView{Rate: "5/m", Limit: 5, Spent: 3, NextFreeMS: 40000}},
+		{Key: "full", Rate: &rateView{Rate: "5/m", Limit: 5, Spent: 5, NextFreeMS: 1500}},
+		{Key: "idle", Rate: &rateView{Rate: "5/m", Limit: 5}},
+	}}
+	var b strings.Builder
+	if err := writeRateTable(&b, v); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"free": "now", "full": ms(1500), "idle": "now"} {
+		var line []string
+		for _, l := range strings.Split(b.String(), "\n") {
+			if f := strings.Fields(l); len(f) > 3 && f[0] == key {
+				line = f
+			}
+		}
+		if len(line) < 4 || line[3] != want {
+			t.Errorf("rate table line of %s = %q; want NEXT FREE IN %q\n%s", key, line, want, b.String())
+		}
+	}
+}
