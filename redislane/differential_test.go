@@ -595,7 +595,7 @@ func redisTarget(ctx context.Context, name string, c *redis.Client, timed bool) 
 	t.publish = func(ctx context.Context, n int) error {
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, o := range diffOwners {
-				p.Publish(ctx, redislane.DefaultPrefix+":{"+ns+"}:wake:"+o, fmt.Sprintf("~mark~%d", n))
+				p.Publish(ctx, redislane.DefaultPrefix+":{"+ns+"}:wake:"+o, fmt.Sprintf(`[{"id":"~mark~%d"}]`, n))
 			}
 			return nil
 		})
