@@ -233,10 +233,10 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // make it safe) until ctx ends or a TTL has passed. If it still fails, or
 // ctx ends first, it settles what it sent: it releases those ids and leaves
 // tombstones, so that a copy of the step still in flight cannot create
-// entries that nobody keeps alive; an Enqueue of such an id meanwhile waits
-// for that settle, and is then refused (ErrIDRetired) while the tombstone
-// lives. On error nothing is kept alive and the
-// error wraps ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
+// entries that nobody keeps alive; an Enqueue of such an id meanwhile
+// waits for that settle, and is then refused (ErrIDRetired) while the
+// tombstone lives. On error nothing is kept alive and the error wraps
+// ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
 // ErrWaitTimeout (ctx ended), or ErrClosed.
 func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, error) {
 	tickets, send, err := s.prepare(ctx, reqs)
@@ -478,7 +478,8 @@ func (s *Session) awaitSettles(ctx context.Context, reqs []Request) error {
 	for {
 		var busy chan struct{}
 		s.mu.Lock()
-		for _, r := range reqs {
+		for i := 0; i < len(reqs) && len(s.settling) > 0; i++ {
+			r := reqs[i]
 			if busy = s.settling[r.ID]; busy != nil {
 				break
 			}
