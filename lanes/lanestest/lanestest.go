@@ -81,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 		{"DuplicateIDsInOneStep", testDuplicateIDsInOneStep},
 		{"BorrowerEndsWithLender", testBorrowerEndsWithLender},
 		{"ChainKeptForLastBorrower", testChainKeptForLastBorrower},
+		{"ChainLenderRaisedInItsReap", testChainLenderRaisedInItsReap},
 		{"RefusedCycleKeepsLimits", testRefusedCycleKeepsLimits},
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},

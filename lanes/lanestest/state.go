@@ -380,3 +380,51 @@ func releaseAll(t *testing.T, b lanes.Backend, ids ...string) {
 		t.Fatalf("Release(%v) = %v", ids, err)
 	}
 }
+
+// Invariant 10, a lender kept before its borrower ends: A2 lends K2 to A1
+// (which holds K0 in its own right) and expires first, kept for A1
+// (revoked) with A1's deadline; then C, nested under A1 and waiting for K3,
+// is granted K3 and borrows K0 from A1 (ended), with a long lease. When
+// A1's deadline comes, A2's is the same: one step lists both as due. The
+// first one reaped ends A1, kept for C with C's deadline (raising A2's);
+// the step then expires the other all the same, as listed before the
+// raise: A2 first, A2's removal ends A1 and then A1 (kept, listed) is
+// removed with C; A1 first, A1 ends and raises A2, then A2 (kept, listed)
+// is removed with its revoked A1, and A1 with C. Either way K0 and K3 pass
+// on while C's lease runs and its owner released nothing; memory, miniredis
+// and real Redis alike (each reaps a list of due ids without looking at
+// the deadline again).
+func testChainLenderRaisedInItsReap(t *testing.T, inst Instance) {
+	b := inst.Backend
+	ttl := 300 * time.Millisecond
+	a := newDirect(t, b, "a-owner", ttl)
+	bo := newDirect(t, b, "b-owner", 3*ttl)
+	long := newDirect(t, b, "long-owner", time.Minute)
+	queued := newDirect(t, b, "queued-owner", time.Minute)
+	wantStates(t, a.enqueue(req("A2", "K2", 1)), map[string]lanes.State{"A2": lanes.Held})
+	wantStates(t, bo.enqueue(nested(req("A1", "K0", 1, "K2", 1), "A2")), map[string]lanes.State{"A1": lanes.Held})
+	wantStates(t, long.enqueue(req("X", "K3", 1)), map[string]lanes.State{"X": lanes.Held})
+	wantStates(t, long.enqueue(nested(req("C", "K0", 1, "K3", 1), "A2", "A1")), map[string]lanes.State{"C": lanes.Waiting})
+	pass(inst, 2*ttl) // A2 expires; B (A1) still runs
+	if ks := inspect(t, b, "K2"); !equal(holderIDs(ks), []string{"A2"}) || !ks.Holders[0].Ended {
+		t.Fatalf("after A2 expired, K2 = %+v; want A2 kept (Ended) for A1", ks)
+	}
+	if rel := long.release("X"); !equal(rel.Granted, []string{"C"}) {
+		t.Fatalf("X's release granted %v; want [C]", rel.Granted)
+	}
+	wantStates(t, queued.enqueue(req("W0", "K0", 1), req("W2", "K2", 1), req("W3", "K3", 1)),
+		map[string]lanes.State{"W0": lanes.Waiting, "W2": lanes.Waiting, "W3": lanes.Waiting})
+	pass(inst, 2*ttl) // A1's deadline, and so A2's, passed; C's runs
+	for key, want := range map[string]string{"K0": "A1", "K2": "A2", "K3": "C"} {
+		ks := inspect(t, b, key)
+		if !equal(holderIDs(ks), []string{want}) || len(ks.Waiters) != 1 {
+			t.Fatalf("after A1 and A2 expired in one step, %s = %+v; want %s holding for C, whose lease runs, and one waiter", key, ks, want)
+		}
+	}
+	rel := long.release("C")
+	if got := slices.Sorted(slices.Values(rel.Granted)); !equal(got, []string{"W0", "W2", "W3"}) {
+		t.Fatalf("C's release granted %v; want [W0 W2 W3]", rel.Granted)
+	}
+	queued.release("W0", "W2", "W3")
+	assertEmpty(t, b)
+}
