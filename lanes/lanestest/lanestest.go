@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 		{"BorrowerEndsWithLender", testBorrowerEndsWithLender},
 		{"ChainKeptForLastBorrower", testChainKeptForLastBorrower},
 		{"ChainLenderRaisedInItsReap", testChainLenderRaisedInItsReap},
+		{"ChainKeptPastReapMax", testChainKeptPastReapMax},
 		{"RefusedCycleKeepsLimits", testRefusedCycleKeepsLimits},
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},

@@ -3,6 +3,7 @@ package lanestest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -426,5 +427,46 @@ func testChainLenderRaisedInItsReap(t *testing.T, inst Instance) {
 		t.Fatalf("C's release granted %v; want [W0 W2 W3]", rel.Granted)
 	}
 	queued.release("W0", "W2", "W3")
+	assertEmpty(t, b)
+}
+
+// ChainKeptForLastBorrower with more entries expiring in the step than one
+// step reaps (REAP_MAX, 100, in lib.lua): 99 more holders of the short
+// owner, whose ids sort between A's and B's, expire with A and B. The
+// first step reaps A and those 99, leaving B (its borrower) for the next:
+// A is kept with B's deadline, passed already. The contract is the same
+// as with one step: A and B keep their slots for C, whose lease runs.
+func testChainKeptPastReapMax(t *testing.T, inst Instance) {
+	b := inst.Backend
+	ttl := 300 * time.Millisecond
+	short := newDirect(t, b, "short-owner", ttl)
+	long := newDirect(t, b, "long-owner", time.Minute)
+	queued := newDirect(t, b, "queued-owner", time.Minute)
+	reqs := []lanes.Request{req("A", "K2", 1), nested(req("B", "K0", 1, "K2", 1), "A")}
+	var fill []string
+	for i := range 99 {
+		id := fmt.Sprintf("A%02d", i)
+		fill = append(fill, id)
+		reqs = append(reqs, req(id, "KF", 99))
+	}
+	sts := short.enqueue(reqs...)
+	wantStates(t, sts, map[string]lanes.State{"A": lanes.Held, "B": lanes.Held, "A00": lanes.Held, "A98": lanes.Held})
+	wantStates(t, long.enqueue(nested(req("C", "K0", 1), "B")), map[string]lanes.State{"C": lanes.Held})
+	sts = queued.enqueue(req("W0", "K0", 1), req("W2", "K2", 1))
+	wantStates(t, sts, map[string]lanes.State{"W0": lanes.Waiting, "W2": lanes.Waiting})
+	pass(inst, 2*ttl)
+	for i := range 3 {
+		for key, want := range map[string]string{"K0": "B", "K2": "A"} {
+			ks := inspect(t, b, key)
+			if !equal(holderIDs(ks), []string{want}) || !ks.Holders[0].Ended || len(ks.Waiters) != 1 {
+				t.Fatalf("step %d after A, B and 99 more expired, %s = %+v; want %s kept (Ended) for C, whose lease runs, and one waiter", i+1, key, ks, want)
+			}
+		}
+	}
+	rel := long.release("C")
+	if got := slices.Sorted(slices.Values(rel.Granted)); !equal(got, []string{"W0", "W2"}) {
+		t.Fatalf("C's release granted %v; want [W0 W2]", rel.Granted)
+	}
+	queued.release("W0", "W2")
 	assertEmpty(t, b)
 }
