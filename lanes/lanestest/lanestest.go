@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 		{"ChainKeptForLastBorrower", testChainKeptForLastBorrower},
 		{"ChainLenderRaisedInItsReap", testChainLenderRaisedInItsReap},
 		{"ChainKeptPastReapMax", testChainKeptPastReapMax},
+		{"ChainMiddleOutlivesLender", testChainMiddleOutlivesLender},
 		{"RefusedCycleKeepsLimits", testRefusedCycleKeepsLimits},
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},

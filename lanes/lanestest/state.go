@@ -470,3 +470,36 @@ func testChainKeptPastReapMax(t *testing.T, inst Instance) {
 	queued.release("W0", "W2")
 	assertEmpty(t, b)
 }
+
+// The plainest chain whose middle outlives its head: A lends K2 to B (B
+// holds K0 in its own right), B lends K0 to C, all three held; A's lease
+// is the shortest, B's longer, C's longest. A expires first: kept for B
+// (revoked) with B's deadline; C, borrowing from B only, is not revoked.
+// At B's deadline both A and B are due in one step, and the step removes
+// the whole chain (see ChainLenderRaisedInItsReap): C is revoked and
+// removed at once, and K0 passes on while C's lease runs.
+func testChainMiddleOutlivesLender(t *testing.T, inst Instance) {
+	b := inst.Backend
+	ttl := 300 * time.Millisecond
+	a := newDirect(t, b, "a-owner", ttl)
+	mid := newDirect(t, b, "b-owner", 3*ttl)
+	long := newDirect(t, b, "long-owner", time.Minute)
+	queued := newDirect(t, b, "queued-owner", time.Minute)
+	wantStates(t, a.enqueue(req("A", "K2", 1)), map[string]lanes.State{"A": lanes.Held})
+	wantStates(t, mid.enqueue(nested(req("B", "K0", 1, "K2", 1), "A")), map[string]lanes.State{"B": lanes.Held})
+	wantStates(t, long.enqueue(nested(req("C", "K0", 1), "A", "B")), map[string]lanes.State{"C": lanes.Held})
+	wantStates(t, queued.enqueue(req("W0", "K0", 1)), map[string]lanes.State{"W0": lanes.Waiting})
+	pass(inst, 2*ttl) // A expired: kept for B
+	if ks := inspect(t, b, "K2"); !equal(holderIDs(ks), []string{"A"}) || !ks.Holders[0].Ended {
+		t.Fatalf("after A expired, K2 = %+v; want A kept (Ended) for B", ks)
+	}
+	pass(inst, 2*ttl) // B's deadline (and A's) passed; C's lease runs
+	if ks := inspect(t, b, "K0"); !equal(holderIDs(ks), []string{"B"}) || !equal(waiterIDs(ks), []string{"W0"}) {
+		t.Fatalf("after B expired, K0 = %+v; want B kept for C, whose lease runs, and W0 waiting", ks)
+	}
+	if rel := long.release("C"); !equal(rel.Granted, []string{"W0"}) {
+		t.Fatalf("C's release granted %v; want [W0]", rel.Granted)
+	}
+	queued.release("W0")
+	assertEmpty(t, b)
+}
