@@ -488,7 +488,7 @@ func testChainMiddleOutlivesLender(t *testing.T, inst Instance) {
 	wantStates(t, a.enqueue(req("A", "K2", 1)), map[string]lanes.State{"A": lanes.Held})
 	wantStates(t, mid.enqueue(nested(req("B", "K0", 1, "K2", 1), "A")), map[string]lanes.State{"B": lanes.Held})
 	wantStates(t, long.enqueue(nested(req("C", "K0", 1), "A", "B")), map[string]lanes.State{"C": lanes.Held})
-	wantStates(t, queued.enqueue(req("W0", "K0", 1)), map[string]lanes.State{"W0": lanes.Waiting})
+	wantStates(t, queued.enqueue(req("W0", "K0", 1), req("W2", "K2", 1)), map[string]lanes.State{"W0": lanes.Waiting, "W2": lanes.Waiting})
 	pass(inst, 2*ttl) // A expired: kept for B
 	if ks := inspect(t, b, "K2"); !equal(holderIDs(ks), []string{"A"}) || !ks.Holders[0].Ended {
 		t.Fatalf("after A expired, K2 = %+v; want A kept (Ended) for B", ks)
@@ -497,9 +497,14 @@ func testChainMiddleOutlivesLender(t *testing.T, inst Instance) {
 	if ks := inspect(t, b, "K0"); !equal(holderIDs(ks), []string{"B"}) || !equal(waiterIDs(ks), []string{"W0"}) {
 		t.Fatalf("after B expired, K0 = %+v; want B kept for C, whose lease runs, and W0 waiting", ks)
 	}
-	if rel := long.release("C"); !equal(rel.Granted, []string{"W0"}) {
-		t.Fatalf("C's release granted %v; want [W0]", rel.Granted)
+	// PROTOCOL.md: a chain of ended lenders lasts as long as the last
+	// borrower that holds (B, ending kept for C, raises A's deadline).
+	if ks := inspect(t, b, "K2"); !equal(holderIDs(ks), []string{"A"}) || !equal(waiterIDs(ks), []string{"W2"}) {
+		t.Fatalf("after B expired, K2 = %+v; want A kept (the chain lasts as long as C) and W2 waiting", ks)
 	}
-	queued.release("W0")
+	if rel := long.release("C"); !equal(slices.Sorted(slices.Values(rel.Granted)), []string{"W0", "W2"}) {
+		t.Fatalf("C's release granted %v; want [W0 W2]", rel.Granted)
+	}
+	queued.release("W0", "W2")
 	assertEmpty(t, b)
 }
