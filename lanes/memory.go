@@ -530,23 +530,43 @@ func (m *Memory) begin() *step {
 		return cmp.Or(a.deadline.Compare(b.deadline), cmp.Compare(a.ID, b.ID))
 	})
 	for _, e := range due {
-		if m.entries[e.ID] != e {
-			continue // gone with a lender removed before it
+		if m.entries[e.ID] != e || e.kept && e.deadline.After(st.now) {
+			continue // gone with a lender removed before it, or an ended lender raised meanwhile
 		}
-		switch {
-		case e.ended(): // counted as revoked, or released
-		case e.held:
-			m.stats.ExpiredHolders++
-		default:
-			m.stats.EvictedWaiters++
-		}
-		st.remove(e, touched)
+		st.expire(e, touched)
 	}
 	st.scan(touched)
 	for _, tombs := range []map[string]time.Time{m.settled, m.forced} {
 		maps.DeleteFunc(tombs, func(_ string, t time.Time) bool { return !t.After(st.now) })
 	}
 	return st
+}
+
+// expire removes e, whose deadline passed, and counts it (unless it had
+// ended), as lib.lua's expire does. An ended lender's holding borrowers
+// whose deadlines passed go first, and one that ends kept for borrowers of
+// its own raises e's deadline (extendLenders): then e stays; it is gone if
+// a borrower's removal took it. m.mu is held.
+func (st *step) expire(e *memEntry, touched map[string]bool) {
+	m := st.m
+	if e.kept {
+		for _, id := range slices.Sorted(maps.Keys(m.borrowers[e.ID])) {
+			if b := m.entries[id]; b != nil && b.held && !b.deadline.After(st.now) {
+				st.expire(b, touched)
+			}
+		}
+		if m.entries[e.ID] != e || e.deadline.After(st.now) {
+			return
+		}
+	}
+	switch {
+	case e.ended(): // counted as revoked, or released
+	case e.held:
+		m.stats.ExpiredHolders++
+	default:
+		m.stats.EvictedWaiters++
+	}
+	st.remove(e, touched)
 }
 
 // remove takes e out of the backend and records its keys in touched, as

@@ -967,20 +967,33 @@ local function release_entry(id, by, tomb, touched)
   return was
 end
 
+-- alive reports whether the entry id's deadline has not passed.
+local function alive(id)
+  local dl = redis.call('ZSCORE', K_DEADLINES, id)
+  return dl and tonumber(dl) > NOW
+end
+
 -- expire removes e, whose deadline passed, and counts it (unless it had
 -- ended).
-local function expire(e, touched)
+local expire
+expire = function(e, touched)
+  if e.z then
+    -- An ended lender: each holding borrower whose deadline passed goes
+    -- first, and one that ends kept for borrowers of its own raises e's
+    -- deadline (extend_lenders); then e stays if raised, and is gone if a
+    -- borrower's removal took it.
+    for _, m in ipairs(lent(e)) do
+      local b = load(string.sub(m, #e.id + 3))
+      if b and b.s == 'h' and not alive(b.id) then expire(b, touched) end
+    end
+    e = load(e.id)
+    if not e or alive(e.id) then return end
+  end
   if not ended(e) then -- an ended lease was counted as revoked, or released
     redis.call('HINCRBY', K_META, e.s == 'h' and 'expired' or 'evicted', '1')
   end
   expired = expired + 1
   remove(e, touched)
-end
-
--- alive reports whether the entry id's deadline has not passed.
-local function alive(id)
-  local dl = redis.call('ZSCORE', K_DEADLINES, id)
-  return dl and tonumber(dl) > NOW
 end
 
 -- purge removes the holders of key whose deadline passed (a holder is
@@ -1128,7 +1141,11 @@ local function reap(ids)
   local touched = {}
   for _, id in ipairs(ids) do
     local e = load(id)
-    if e then expire(e, touched) else redis.call('ZREM', K_DEADLINES, id) end
+    if not e then
+      redis.call('ZREM', K_DEADLINES, id)
+    elseif not (e.z and alive(id)) then -- an ended lender raised meanwhile stays
+      expire(e, touched)
+    end
   end
   local all = #ids < REAP_MAX
   REAPED = REAPED or all
