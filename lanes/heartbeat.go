@@ -19,8 +19,14 @@ func (s *Session) track(e *entry, sent time.Time) {
 	s.entries[e.id] = e
 }
 
-// untrack stops keeping e alive. s.mu is held.
+// untrack stops keeping e alive. An entry whose Enqueue step is still in
+// flight is marked as settling until that step's outcome is settled
+// (settleLater) or known to need none (unpend): until then an Enqueue of
+// its id waits (awaitSettles). s.mu is held.
 func (s *Session) untrack(e *entry) {
+	if e.pending && !e.finished && s.settling[e.id] == nil {
+		s.settling[e.id] = make(chan struct{})
+	}
 	e.finished = true
 	if e.timer != nil {
 		e.timer.Stop()

@@ -397,6 +397,9 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 			abandoned = append(abandoned, e.id)
 			continue
 		}
+		if e.finished {
+			s.unpend(e.id) // the step left nothing of it in the backend
+		}
 		e.pending, e.seq, e.epoch = false, st.Seq, st.Epoch
 		t.positions = st.Positions
 		if len(st.Positions) > 0 && e.span.IsRecording() {
@@ -461,11 +464,29 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 			}
 		}
 	}
+	sent := make(map[string]bool, len(inBackend))
+	for _, id := range inBackend {
+		sent[id] = true
+	}
+	for _, t := range tickets {
+		if !sent[t.e.id] {
+			s.unpend(t.e.id) // never reached the backend, or refused whole
+		}
+	}
 	s.mu.Unlock()
 	if len(inBackend) > 0 {
 		s.settleLater(inBackend)
 	}
 	return err
+}
+
+// unpend ends the mark untrack left on id while its Enqueue step was in
+// flight, when that step left nothing of it to settle. s.mu is held.
+func (s *Session) unpend(id string) {
+	if c := s.settling[id]; c != nil {
+		close(c)
+		delete(s.settling, id)
+	}
 }
 
 // awaitSettles waits until no background settle of this Session is busy
@@ -501,22 +522,25 @@ func (s *Session) awaitSettles(ctx context.Context, reqs []Request) error {
 // reached, for up to twice the TTL (the entries expire within one). Until
 // it is done, an Enqueue of one of the ids waits for it (awaitSettles).
 func (s *Session) settleLater(ids []string) {
-	done := make(chan struct{})
+	done := make([]chan struct{}, len(ids))
 	s.mu.Lock()
-	for _, id := range ids {
-		s.settling[id] = done
+	for i, id := range ids {
+		if done[i] = s.settling[id]; done[i] == nil { // else marked by untrack
+			done[i] = make(chan struct{})
+			s.settling[id] = done[i]
+		}
 	}
 	s.mu.Unlock()
 	settle := func() {
 		defer func() {
 			s.mu.Lock()
-			for _, id := range ids {
-				if s.settling[id] == done {
+			for i, id := range ids {
+				if s.settling[id] == done[i] {
 					delete(s.settling, id)
+					close(done[i])
 				}
 			}
 			s.mu.Unlock()
-			close(done)
 		}()
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*s.ttl+s.releaseTimeout)

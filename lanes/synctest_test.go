@@ -225,3 +225,86 @@ func TestEnqueueAfterFailedEnqueueWaitsForItsSettle(t *testing.T) {
 		}
 	})
 }
+
+// lateReply is a Memory whose first Enqueue runs at once but answers only
+// once reply is closed, and whose Settle steps wait until gate is closed.
+type lateReply struct {
+	*lanes.Memory
+	n           atomic.Int32
+	reply, gate chan struct{}
+}
+
+func (g *lateReply) Enqueue(ctx context.Context, o lanes.Owner, ttl time.Duration, reqs []lanes.Request) ([]lanes.Status, error) {
+	st, err := g.Memory.Enqueue(ctx, o, ttl, reqs)
+	if g.n.Add(1) == 1 {
+		<-g.reply
+	}
+	return st, err
+}
+
+func (g *lateReply) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (lanes.Released, error) {
+	<-g.gate
+	return g.Memory.Settle(ctx, owner, lifetime, ids)
+}
+
+// An Enqueue whose reply comes after its entry's local deadline: the
+// Session stops keeping the entry alive at the deadline, but its step may
+// have made it, and is settled once the reply comes. The same id enqueued
+// in between waits for that settle too, and is then refused as retired,
+// never granted the entry the settle removes. (Found by a review: the
+// settle was known only once the late reply came.)
+func TestEnqueueDuringLateReplyWaitsForItsSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		m := lanes.NewMemory()
+		g := &lateReply{Memory: m, reply: make(chan struct{}), gate: make(chan struct{})}
+		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := lanes.Request{ID: "job-1", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}
+		first := make(chan struct{})
+		go func() {
+			defer close(first)
+			ts, err := s.Enqueue(ctx, req)
+			if err == nil {
+				_, err = ts[0].Wait(ctx)
+			}
+			if err == nil {
+				t.Error("the Enqueue whose reply came after its local deadline was granted")
+			}
+		}()
+		time.Sleep(9500 * time.Millisecond) // past the local deadline, TTL - TTL/10
+		var again []*lanes.Ticket
+		var againErr error
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			again, againErr = s.Enqueue(ctx, req)
+		}()
+		synctest.Wait() // the second Enqueue was sent, or waits
+		close(g.reply)
+		<-first
+		synctest.Wait() // the settle waits at the gate
+		close(g.gate)
+		<-done
+		if againErr != nil {
+			t.Fatalf("the second Enqueue = %v; want its ticket to carry the refusal", againErr)
+		}
+		if l, err := again[0].Wait(ctx); !errors.Is(err, lanes.ErrIDRetired) {
+			t.Fatalf("the id enqueued again before the late reply: Wait = %v, %v; want ErrIDRetired", l, err)
+		}
+		snap, err := m.Inspect(ctx, []string{"k"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ks := range snap.Keys {
+			if len(ks.Holders)+len(ks.Waiters) != 0 {
+				t.Fatalf("k = %+v; want nothing left", ks)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
