@@ -308,3 +308,26 @@ func TestDifferentialKnownChainOfEndedLenders(t *testing.T) {
 			"insp")
 	})
 }
+
+// An operator removes a kept lender e1 whose borrower e2 stays kept for
+// borrowers of its own; another owner then takes the id e1, and its new
+// entry ends kept for a borrower e5. When e2's chain later raised its
+// lenders, Redis followed e2's record of "e1" to the newcomer and raised
+// it (expires +5000 on Redis, +1000 on memory, which follows the entry
+// itself). Redis was wrong: a lender is one while nested links it to its
+// borrower (extend_lenders and remove check the link now). Found by a
+// review.
+func TestDifferentialKnownReusedLenderIDNotRaised(t *testing.T) {
+	knownDiff(t, 'A', 9, "mismatch memory/miniredis rel snap",
+		"extend_lenders raised an unrelated entry that took a removed lender's id",
+		"enq o1 1000ms e1:k1/1",
+		"enq o1 1000ms e2:k1/1,k2/1:e1",
+		"enq o1 1000ms e3:k2/1,k3/1:e1,e2",
+		"enq o1 5000ms e4:k3/1:e1,e2,e3",
+		"rel o1 e1",
+		"rel - e1",
+		"enq o2 1000ms e1:k1/1",
+		"enq o2 1000ms e5:k1/1:e1",
+		"rel o2 e1",
+		"rel o1 e3")
+}

@@ -819,10 +819,11 @@ end
 -- theirs, up the lineage) to dl, when dl is later: a kept lender's
 -- deadline is the latest of its holding borrowers', a borrower kept for
 -- borrowers of its own included, so that it keeps its slots as long as
--- they do.
+-- they do. A lender is one while nested links it to e: an entry that took
+-- the id of a lender removed since is none.
 local function extend_lenders(e, dl)
   for _, a in pairs(e.r or {}) do
-    local z = load(a)
+    local z = redis.call('ZSCORE', K_NESTED, ' ' .. a .. '\0' .. e.id) and load(a)
     if z and z.z and dl > tonumber(redis.call('ZSCORE', K_DEADLINES, a) or '0') then
       redis.call('ZADD', K_DEADLINES, dec(dl), a)
       extend_lenders(z, dl)
@@ -903,9 +904,11 @@ remove = function(e, touched)
     local key = kl[1]
     local a = borrowed(e, key)
     if a then
-      redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id)
-      lenders = lenders or {}
-      lenders[#lenders + 1] = a
+      -- a lender still, unless it was removed (and its id maybe taken since)
+      if redis.call('ZREM', K_NESTED, ' ' .. a .. '\0' .. e.id) == 1 then
+        lenders = lenders or {}
+        lenders[#lenders + 1] = a
+      end
     else
       local r = kget(key)
       if e.s == 'h' then
