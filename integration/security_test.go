@@ -765,7 +765,7 @@ func TestACLRealRedis(t *testing.T) {
 	for _, tt := range []struct{ name, url, want string }{
 		{"wrong password", "redis://lanes:not-" + password + "@" + addr, "WRONGPASS"},
 		{"no password", "redis://" + addr, "NOAUTH"},
-		{"a user without TIME", "redis://lanes-short:" + password + "@" + addr, "refused lanectl"},
+		{"a user without TIME", "redis://lanes-short:" + password + "@" + addr, "refused access"},
 	} {
 		code, out, stderr := secRun(t, nil, "--redis", tt.url, "--namespace", ns, "lock", "k", "--", "true")
 		if code != 77 || out != "" || !strings.Contains(stderr, tt.want) {

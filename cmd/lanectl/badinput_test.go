@@ -92,6 +92,11 @@ func TestCommandLineMistakeIsOneLine(t *testing.T) {
 	if _, _, stderr := runInProcess(t, "stauts"); !strings.Contains(stderr, `did you mean "status"?`) {
 		t.Errorf("lanectl stauts printed %q; want a suggestion", stderr)
 	}
+	for flag, want := range map[string]string{"many": "not a whole number", "99999999999999999999": "out of range"} {
+		if _, _, stderr := runInProcess(t, "lock", "--limit", flag, "k", "--", "true"); !strings.Contains(stderr, want) || strings.Contains(stderr, "strconv") {
+			t.Errorf("lock --limit %s printed %q; want %q in plain words, no strconv", flag, stderr, want)
+		}
+	}
 }
 
 // TestRuntimeErrorShowsNoUsage checks that an error that is not a mistake

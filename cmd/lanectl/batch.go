@@ -440,6 +440,7 @@ func outcomeView(oc sched.Outcome) batchOutcome {
 func printBatchJSON(w io.Writer, view []batchOutcome) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // a tool's output keeps its <, > and &
 	return enc.Encode(view)
 }
 

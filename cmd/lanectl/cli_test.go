@@ -97,9 +97,10 @@ func TestURLWithoutScheme(t *testing.T) {
 		{"localhost:6380", "; did you mean redis://localhost:6380?"},
 		{"[::1]:6379", "; did you mean redis://[::1]:6379?"},
 		{"localhost", "; did you mean redis://localhost:6379?"},
-		{"redis-1.internal", "; did you mean redis://redis-1.internal:6379?"},
 		{"10.0.0.7", "; did you mean redis://10.0.0.7:6379?"},
-		{"-x", ""},
+		{"redis-1.internal", ""}, // a bare word may be a password: never echoed
+		{"hunter2", ""},
+		{"::1", ""},
 		{"host name", ""},
 		{"user:pw@host:6379", ""},
 		{"http://127.0.0.1:6379", ""},

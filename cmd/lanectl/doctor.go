@@ -136,31 +136,46 @@ func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
 // writeReport writes doctor's report for people.
 func writeReport(w io.Writer, r *redislane.Report) error {
 	epoch := r.Epoch
-	if epoch == "" {
+	switch {
+	case epoch == "" && len(r.Missing) > 0:
+		epoch = "none (some of its keys are missing)"
+	case epoch == "":
 		epoch = "none (no state)"
 	}
 	fmt.Fprintf(w, "namespace %s, epoch %s\n", r.Namespace, epoch)
 	for _, k := range r.Missing {
-		fmt.Fprintf(w, "missing: %s (the next step resets the namespace)\n", cell(k))
+		if len(r.Repairs) > 0 {
+			fmt.Fprintf(w, "missing: %s\n", cell(k))
+		} else {
+			fmt.Fprintf(w, "missing: %s (the next step resets the namespace)\n", cell(k))
+		}
 	}
 	for _, k := range r.Legacy {
 		fmt.Fprintf(w, "protocol 1 key: %s\n", cell(k))
 	}
 	for _, p := range r.Problems {
-		fmt.Fprintf(w, "problem: %s\n", cell(p))
+		fmt.Fprintf(w, "problem: %s\n", sentence(p))
 	}
 	for _, p := range r.Repairs {
-		fmt.Fprintf(w, "repaired: %s\n", cell(p))
+		fmt.Fprintf(w, "repaired: %s\n", sentence(p))
 	}
 	if r.Reaped > 0 {
 		fmt.Fprintf(w, "reaped %d expired entries\n", r.Reaped)
 	}
-	if r.OK() {
+	switch {
+	case r.OK() && r.Epoch == "":
+		_, err := fmt.Fprintln(w, "no problem found: the namespace holds no state (unused, or every entry ended; check its name)")
+		return err
+	case r.OK():
 		_, err := fmt.Fprintln(w, "no problem found")
 		return err
 	}
 	return nil
 }
+
+// sentence is a line of doctor's report, made safe as a cell is but cut
+// only past 2,000 runes: it is read whole.
+func sentence(s string) string { return clean(s, 2000) }
 
 func (o *doctorOptions) runGC(cmd *cobra.Command) error {
 	ctx := cmd.Context()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
 )
 
 // doctor and gc on miniredis and real Redis: a sound namespace is reported
@@ -90,5 +91,31 @@ func TestDoctorNamespaceArgument(t *testing.T) {
 		if code, _, stderr = runInProcess(t, "--redis", s.url, cmd, s.ns, "x"); code != exitUsage {
 			t.Errorf("%s with two arguments = %d, %q; want %d", cmd, code, stderr, exitUsage)
 		}
+	}
+}
+
+// writeReport prints doctor's sentences whole (a repair of a reset was cut
+// at a cell's 40 runes), does not promise a reset it made already, and
+// says when a namespace holds no state (a misspelled name looks sound).
+func TestDoctorReportLines(t *testing.T) {
+	long := "reset the namespace: some of its keys were missing (every entry ended)"
+	var b strings.Builder
+	r := &redislane.Report{Namespace: "ns", Missing: []string{"lanes:{ns}:queue"}, Repairs: []string{long}}
+	if err := writeReport(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.Contains(out, "repaired: "+long+"\n") {
+		t.Errorf("report = %q; want the repair whole", out)
+	}
+	if strings.Contains(out, "the next step resets") || !strings.Contains(out, "epoch none (some of its keys are missing)") {
+		t.Errorf("report = %q; want no promise of a reset made already, and the missing keys named in the epoch line", out)
+	}
+	b.Reset()
+	if err := writeReport(&b, &redislane.Report{Namespace: "typo"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "no problem found: the namespace holds no state") {
+		t.Errorf("report of an unused namespace = %q; want it to say it holds no state", b.String())
 	}
 }

@@ -38,6 +38,7 @@ func (p jsonPrinter) Release(v releaseView) error { return p.write(v) }
 func (p jsonPrinter) write(v any) error {
 	enc := json.NewEncoder(p.w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // keys, ids and commands keep their <, > and &
 	return enc.Encode(v)
 }
 
@@ -224,14 +225,21 @@ func cell(s string) string {
 	if s == "" {
 		return "-"
 	}
+	return clean(s, maxCell)
+}
+
+// clean is s on one line, safe for a terminal (every space, control and
+// format character a space: U+202E would reverse the line), cut to at
+// most max runes with "…".
+func clean(s string, max int) string {
 	s = strings.Map(func(r rune) rune {
 		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			return ' ' // format characters too: U+202E would reverse the line
+			return ' '
 		}
 		return r
 	}, s)
-	if r := []rune(s); len(r) > maxCell {
-		s = string(r[:maxCell-1]) + "…"
+	if r := []rune(s); len(r) > max {
+		s = string(r[:max-1]) + "…"
 	}
 	return s
 }

@@ -77,3 +77,22 @@ func TestRateTableNextFree(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONKeepsAngleBrackets: lanectl's JSON is read by people too: a
+// tool's output "a -> b" stays so, not "a -\u003e b" (still valid JSON).
+func TestJSONKeepsAngleBrackets(t *testing.T) {
+	var b strings.Builder
+	if err := printBatchJSON(&b, []batchOutcome{{ID: "c1", Output: "renumber 8 -> 11 & <done>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"renumber 8 -> 11 & <done>"`) {
+		t.Errorf("batch --json = %s; want the output's <, > and & as they are", b.String())
+	}
+	b.Reset()
+	if err := (jsonPrinter{&b}).write(map[string]string{"key": "a<b>&c"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"a<b>&c"`) {
+		t.Errorf("--json = %s; want <, > and & as they are", b.String())
+	}
+}

@@ -261,15 +261,16 @@ func (t *redisTarget) tlsConfig() *tls.Config {
 	}
 }
 
-// schemeHint suggests the URL a bare host:port or host name meant: ";
-// did you mean redis://127.0.0.1:6379?" for 127.0.0.1:6379, and "; did
-// you mean redis://localhost:6379?" for localhost (Redis's default port).
-// It says nothing for anything else, and never repeats a password.
+// schemeHint suggests the URL a bare host:port, "localhost" or IP address
+// meant: "; did you mean redis://127.0.0.1:6379?" for 127.0.0.1:6379, and
+// "; did you mean redis://localhost:6379?" for localhost (Redis's default
+// port). It says nothing for anything else: a bare word may be a password
+// put where the URL goes, and lanectl never prints one.
 func schemeHint(raw string) string {
 	if strings.Contains(raw, "://") || strings.Contains(raw, "@") {
 		return ""
 	}
-	if hostName(raw) {
+	if raw == "localhost" || net.ParseIP(raw) != nil && !strings.Contains(raw, ":") {
 		return "; did you mean redis://" + raw + ":6379?"
 	}
 	host, port, err := net.SplitHostPort(raw)
@@ -280,24 +281,6 @@ func schemeHint(raw string) string {
 		return ""
 	}
 	return "; did you mean redis://" + raw + "?"
-}
-
-// hostName reports whether s reads as a host name or IPv4 address alone:
-// letters, digits, dots and hyphens, starting with a letter or digit.
-func hostName(s string) bool {
-	if s == "" || len(s) > 253 || !isAlnum(s[0]) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isAlnum(c) && c != '.' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // maxURLFile bounds what lanectl reads of a --redis-url-file.

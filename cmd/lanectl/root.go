@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,7 +176,7 @@ func (e *unreachableError) Error() string {
 		return fmt.Sprintf("Redis at %s has no such database (%v): the number after the URL's last / must be below the server's \"databases\" setting (16 by default)", e.url, e.err)
 	}
 	if permissionDenied(e.err) {
-		return fmt.Sprintf("Redis at %s refused lanectl: %v", e.url, e.err)
+		return fmt.Sprintf("Redis at %s refused access: %v", e.url, e.err)
 	}
 	msg := fmt.Sprintf("cannot reach Redis at %s: %v", e.url, e.err)
 	if strings.HasPrefix(e.url, "rediss://") && !strings.Contains(msg, "tls:") {
@@ -226,7 +227,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.SuggestionsMinimumDistance = 2
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{msg: err.Error(), showUsage: true}
+		return &usageError{msg: plainFlagError(err), showUsage: true}
 	})
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.redisURL, "redis", "", `Redis URL, redis:// or rediss:// (TLS), user and password in the URL; a Cluster: any node, more with addr=HOST:PORT; Sentinel: a Sentinel's address and master_name=NAME (default $LANES_REDIS_URL, else `+defaultRedisURL+`)`)
@@ -362,3 +363,28 @@ func quietRedisLogs() { redis.SetLogger(discardLogger{}) }
 type discardLogger struct{}
 
 func (discardLogger) Printf(context.Context, string, ...any) {}
+
+// plainFlagError is pflag's message of a flag value it could not parse,
+// with Go's parser wording put plainly: `invalid argument "x" for
+// "--limit" flag: not a whole number` rather than strconv's `parsing "x":
+// invalid syntax`.
+func plainFlagError(err error) string {
+	var ne *strconv.NumError
+	if !errors.As(err, &ne) {
+		return err.Error()
+	}
+	msg := err.Error()
+	plain := "not a number"
+	switch {
+	case errors.Is(ne.Err, strconv.ErrRange):
+		plain = "out of range"
+	case ne.Func == "ParseInt" || ne.Func == "ParseUint" || ne.Func == "Atoi":
+		plain = "not a whole number"
+	case ne.Func == "ParseBool":
+		plain = "not true or false"
+	}
+	if i := strings.Index(msg, "strconv."+ne.Func+":"); i >= 0 {
+		return msg[:i] + plain
+	}
+	return msg
+}
