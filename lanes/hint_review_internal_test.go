@@ -151,7 +151,10 @@ func TestEarlyGrantHintOfAnotherEpochIsNotTaken(t *testing.T) {
 	s.mu.Lock()
 	l := tk[0].e.lease
 	s.mu.Unlock()
-	if l != nil {
+	// A lease from the backend itself may come meanwhile (the new epoch
+	// ends h's lease, whose release grants w token 2): only the hint's
+	// token is wrong.
+	if l != nil && l.Token("K") == 77 {
 		t.Fatalf("a grant hint kept before the state was lost was taken from an answer of the new state: token %d", l.Token("K"))
 	}
 }

@@ -227,10 +227,10 @@ finish()`},
 		Edits: []Edit{
 			// expire is the one way out for an expired entry (reap, purge,
 			// a late heartbeat): it leaves holders in place.
-			{File: "scripts/lua/lib.lua", Old: `local function expire(e, touched)
-  if not ended(e) then`, New: `local function expire(e, touched)
+			{File: "scripts/lua/lib.lua", Old: `expire = function(e, touched)
+  if e.z then`, New: `expire = function(e, touched)
   if e.s == 'h' then return end
-  if not ended(e) then`},
+  if e.z then`},
 			{File: "lanes/memory.go", Old: `		if !e.deadline.After(st.now) {
 			due = append(due, e)
 		}`, New: `		if !e.held && !e.deadline.After(st.now) {
