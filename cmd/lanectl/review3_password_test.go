@@ -1,0 +1,40 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A password put where the URL goes is never printed back, whichever way
+// it came (--redis, LANES_REDIS_URL, --redis-url-file), and whatever its
+// form: a bare word, a word:digits pair (read as host:port by the hint, and
+// as a scheme by go-redis), a URL missing its "@host".
+func TestReview3PasswordWhereTheURLGoesNeverPrinted(t *testing.T) {
+	for _, tt := range []struct{ url, secret string }{
+		{"hunter2", "hunter2"},                       // bare word: quoted back as the URL
+		{"Tr0ub4dor:1234", "tr0ub4dor"},              // go-redis's scheme error, and the hint
+		{"Tr0ub4dor:1234", "Tr0ub4dor"},              // the hint
+		{"mypass:word", "mypass"},                    // go-redis's scheme error
+		{"redis://:hunter2", "hunter2"},              // url's "invalid port" error
+		{"redis://h:1/?Password=hunter2", "hunter2"}, // a password parameter in another case
+	} {
+		file := filepath.Join(t.TempDir(), "url")
+		writeFile(t, file, tt.url+"\n", 0o600)
+		for _, how := range []struct {
+			name string
+			env  map[string]string
+			args []string
+		}{
+			{"--redis", nil, []string{"--redis", tt.url, "keys"}},
+			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": tt.url}, []string{"keys"}},
+			{"--redis-url-file", nil, []string{"--redis-url-file", file, "keys"}},
+		} {
+			_, _, stderr := runWithEnv(t, how.env, how.args...)
+			assertOneLine(t, stderr)
+			if strings.Contains(stderr, tt.secret) {
+				t.Errorf("%s %q: stderr %q shows %q", how.name, tt.url, stderr, tt.secret)
+			}
+		}
+	}
+}
