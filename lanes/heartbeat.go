@@ -25,7 +25,8 @@ func (s *Session) track(e *entry, sent time.Time) {
 // its id waits (awaitSettles). s.mu is held.
 func (s *Session) untrack(e *entry) {
 	if e.pending && !e.finished && s.settling[e.id] == nil {
-		s.settling[e.id] = make(chan struct{})
+		e.mark = make(chan struct{})
+		s.settling[e.id] = e.mark
 	}
 	e.finished = true
 	if e.timer != nil {

@@ -69,14 +69,15 @@ type entry struct {
 	timer    *time.Timer // fires at deadline
 	rateWake *time.Timer // fires when a rate that holds it back could have room
 	ready    chan struct{}
-	lease    *Lease // set once granted
-	err      error  // set when it ended without a grant
-	finished bool   // no longer kept alive by this Session
-	pending  bool   // its Enqueue step has not answered yet: heartbeats skip it
-	early    *Hint  // a grant hint that came while pending, for apply to take
-	earlyIn  string // the backend state's epoch the Session knew when early came
-	seq      uint64 // its sequence number in the backend, once known
-	epoch    string // the backend state's epoch it was enqueued in
+	lease    *Lease        // set once granted
+	err      error         // set when it ended without a grant
+	finished bool          // no longer kept alive by this Session
+	pending  bool          // its Enqueue step has not answered yet: heartbeats skip it
+	mark     chan struct{} // set by untrack while pending: its id's settling mark, until unpend or the settle
+	early    *Hint         // a grant hint that came while pending, for apply to take
+	earlyIn  string        // the backend state's epoch the Session knew when early came
+	seq      uint64        // its sequence number in the backend, once known
+	epoch    string        // the backend state's epoch it was enqueued in
 	ctx      context.Context
 	queued   time.Time  // when its Enqueue step was first sent
 	span     trace.Span // its wait
@@ -398,7 +399,7 @@ func (s *Session) apply(tickets []*Ticket, sts []Status, sent time.Time) {
 			continue
 		}
 		if e.finished {
-			s.unpend(e.id) // the step left nothing of it in the backend
+			s.unpend(e) // the step left nothing of it in the backend
 		}
 		e.pending, e.seq, e.epoch = false, st.Seq, st.Epoch
 		t.positions = st.Positions
@@ -470,7 +471,7 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 	}
 	for _, t := range tickets {
 		if !sent[t.e.id] {
-			s.unpend(t.e.id) // never reached the backend, or refused whole
+			s.unpend(t.e) // never reached the backend, or refused whole
 		}
 	}
 	s.mu.Unlock()
@@ -480,13 +481,16 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 	return err
 }
 
-// unpend ends the mark untrack left on id while its Enqueue step was in
-// flight, when that step left nothing of it to settle. s.mu is held.
-func (s *Session) unpend(id string) {
-	if c := s.settling[id]; c != nil {
-		close(c)
-		delete(s.settling, id)
+// unpend ends the mark untrack left for e while its Enqueue step was in
+// flight, when that step left nothing of it to settle. Only e's own mark:
+// one of another entry of the same id (a settle still running) stays.
+// s.mu is held.
+func (s *Session) unpend(e *entry) {
+	if e.mark != nil && s.settling[e.id] == e.mark {
+		close(e.mark)
+		delete(s.settling, e.id)
 	}
+	e.mark = nil
 }
 
 // awaitSettles waits until no background settle of this Session is busy

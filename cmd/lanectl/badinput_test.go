@@ -164,7 +164,7 @@ func TestBadRedisURLSource(t *testing.T) {
 	}
 	assertOneLine(t, errb.String())
 	code, _, stderr := runInProcess(t, "--redis", "", "status")
-	if code != exitUsage || stderr != "lanectl: bad --redis URL \"\": redis: invalid URL scheme\n" {
+	if code != exitUsage || stderr != "lanectl: bad --redis URL \"\": it is empty\n" {
 		t.Errorf("status --redis '' = %d, %q; want %d and the plain reason", code, stderr, exitUsage)
 	}
 }

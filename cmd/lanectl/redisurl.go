@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,6 +31,10 @@ const redacted = "xxxxx"
 // not parse too: a malformed URL is shown in an error message, and its
 // password must not be.
 func redactURL(raw string) string {
+	if !strings.Contains(raw, "://") && raw != "" && !bareAddress(raw) {
+		// Not a URL: perhaps a password put where the URL goes.
+		return redacted
+	}
 	// Without "://", url.Parse reads "user:pw@host" as a scheme and an
 	// opaque rest, and Redacted keeps the password.
 	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
@@ -37,6 +43,9 @@ func redactURL(raw string) string {
 	}
 	if i, j, ok := passwordSpan(raw); ok {
 		raw = raw[:i] + redacted + raw[j:]
+	} else if i, j, ok := portSpan(raw); ok {
+		// no "@": a password may stand where the port goes (redis://:pw)
+		raw = raw[:i] + redacted + raw[j:]
 	}
 	if q := strings.Index(raw, "?"); q >= 0 {
 		raw = raw[:q+1] + redactQuery(raw[q+1:])
@@ -44,12 +53,31 @@ func redactURL(raw string) string {
 	return raw
 }
 
+// portSpan finds, in a URL without a user part, a "port" with a letter in
+// it, the place a password lands when "user:pw@" lost its "@host":
+// redis://:hunter2.
+func portSpan(raw string) (i, j int, ok bool) {
+	k := strings.Index(raw, "://")
+	if k < 0 {
+		return 0, 0, false
+	}
+	auth := raw[k+3:]
+	if e := strings.IndexAny(auth, "/?#"); e >= 0 {
+		auth = auth[:e]
+	}
+	c := strings.LastIndex(auth, ":")
+	if c < 0 || strings.Contains(auth, "@") || !strings.ContainsFunc(auth[c+1:], unicode.IsLetter) {
+		return 0, 0, false
+	}
+	return k + 3 + c + 1, k + 3 + len(auth), true
+}
+
 // redactQuery returns the query q with the value of every password
 // parameter replaced by xxxxx, the rest as written.
 func redactQuery(q string) string {
 	parts := strings.Split(q, "&")
 	for i, p := range parts {
-		if k, _, ok := strings.Cut(p, "="); ok && queryKey(k) == "password" {
+		if k, _, ok := strings.Cut(p, "="); ok && strings.EqualFold(queryKey(k), "password") {
 			parts[i] = k + "=" + redacted
 		}
 	}
@@ -93,7 +121,7 @@ func redactSecret(msg, rawURL string) string {
 			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
 		}
 		for _, p := range strings.Split(u.RawQuery, "&") {
-			if k, v, ok := strings.Cut(p, "="); ok && queryKey(k) == "password" {
+			if k, v, ok := strings.Cut(p, "="); ok && strings.EqualFold(queryKey(k), "password") {
 				secrets = append(secrets, v, queryKey(v))
 			}
 		}
@@ -135,16 +163,25 @@ func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 // badURL is the usageError of a URL that go-redis refused, with the
 // reason only: url.Parse's errors quote the whole URL, password and all.
 func badURL(err error, raw, what string) error {
+	if raw == "" {
+		return usageErrorf("bad %s: it is empty", what)
+	}
+	if !strings.Contains(raw, "://") {
+		// go-redis and net/url quote parts of it, which may be a password
+		return usageErrorf("bad %s: not a redis:// or rediss:// URL%s", what, schemeHint(raw))
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		err = ue.Err
+		// net/url quotes the part it stumbled on (a password read as a
+		// port, say): the reason is told without it
+		err = errors.New(quoted.ReplaceAllString(ue.Err.Error(), ""))
 	}
 	reason := redactSecret(err.Error(), raw)
-	if raw != "" && !strings.Contains(raw, "://") {
-		reason = strings.ReplaceAll(reason, raw, redacted)
-	}
 	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
 }
+
+// quoted matches a Go-quoted string and the space before it.
+var quoted = regexp.MustCompile(` ?"(?:[^"\\]|\\.)*"`)
 
 // checkPort refuses an address whose port is not 1 to 65535.
 func checkPort(addr, what string) error {
@@ -261,26 +298,34 @@ func (t *redisTarget) tlsConfig() *tls.Config {
 	}
 }
 
-// schemeHint suggests the URL a bare host:port, "localhost" or IP address
-// meant: "; did you mean redis://127.0.0.1:6379?" for 127.0.0.1:6379, and
-// "; did you mean redis://localhost:6379?" for localhost (Redis's default
-// port). It says nothing for anything else: a bare word may be a password
-// put where the URL goes, and lanectl never prints one.
+// schemeHint suggests the URL a bare address meant (see bareAddress):
+// "; did you mean redis://127.0.0.1:6379?" for 127.0.0.1:6379, and "; did
+// you mean redis://localhost:6379?" for localhost (Redis's default port).
+// It says nothing for anything else: a bare word, or word:digits, may be a
+// password put where the URL goes, and lanectl never prints one.
 func schemeHint(raw string) string {
-	if strings.Contains(raw, "://") || strings.Contains(raw, "@") {
+	if strings.Contains(raw, "://") || !bareAddress(raw) {
 		return ""
 	}
-	if raw == "localhost" || net.ParseIP(raw) != nil && !strings.Contains(raw, ":") {
+	if _, _, err := net.SplitHostPort(raw); err != nil {
 		return "; did you mean redis://" + raw + ":6379?"
 	}
-	host, port, err := net.SplitHostPort(raw)
-	if err != nil || host == "" || strings.ContainsAny(host, "/?#") {
-		return ""
-	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return ""
-	}
 	return "; did you mean redis://" + raw + "?"
+}
+
+// bareAddress reports whether raw is "localhost" or an IP address, alone
+// or with a port: an address given without its redis://, and no secret.
+func bareAddress(raw string) bool {
+	host := raw
+	if h, port, err := net.SplitHostPort(raw); err == nil {
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return false
+		}
+		host = h
+	} else if strings.Contains(raw, ":") {
+		return false // an IPv6 address takes its port in brackets
+	}
+	return host == "localhost" || net.ParseIP(host) != nil
 }
 
 // maxURLFile bounds what lanectl reads of a --redis-url-file.

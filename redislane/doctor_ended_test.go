@@ -9,19 +9,26 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
 )
 
-// The state of TestDifferentialKnownReusedLenderIDNotRaised after an
+// (Found by a review.) The state of TestDifferentialKnownReusedLenderIDNotRaised after an
 // operator removed the kept lender e1 while its borrower e2 stays kept for
 // borrowers of its own: e2's record still names e1 as its lender, with no
 // nested link (99adea8 reads that as "no lender"). The scripts made this
 // state themselves; doctor should not call it a problem.
-func TestReview3DoctorOnRemovedKeptLender(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
+func TestDoctorOnRemovedKeptLender(t *testing.T) {
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		doctorOnRemovedKeptLender(t, newBackend(t, c))
+	})
+	t.Run("RealRedis", func(t *testing.T) { doctorOnRemovedKeptLender(t, newBackend(t, realClient(t))) })
+}
+
+func doctorOnRemovedKeptLender(t *testing.T, b *redislane.Backend) {
 	ctx := context.Background()
-	b := newBackend(t, c)
 	o1 := lanes.Owner{ID: "o1", Host: "h", PID: 1}
 	enq := func(ttl time.Duration, id string, lineage []string, keys ...string) {
 		t.Helper()

@@ -10,11 +10,12 @@ import (
 	"github.com/lanes-dev/lanes/lanes"
 )
 
-// An Enqueue whose wait for another Enqueue's settle ends (its ctx) must
-// not clear that settle's mark: abort's unpend closes whatever mark the id
-// has, so a third Enqueue of the id is sent before the settle and is
-// granted the entry the settle then removes behind its lease.
-func TestReview3CancelledWaiterClearsForeignSettleMark(t *testing.T) {
+// Settle marks belong to the entry that made them (found by a review:
+// abort's unpend closed whatever mark the id had). An Enqueue whose wait
+// for another Enqueue's settle ends (its ctx) leaves that settle's mark, so
+// a third Enqueue of the id waits for the settle too, and is not granted
+// the entry the settle then removes behind its lease.
+func TestCancelledWaiterKeepsAnotherSettlesMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()
@@ -65,10 +66,10 @@ func TestReview3CancelledWaiterClearsForeignSettleMark(t *testing.T) {
 	})
 }
 
-// The same through a request with no lanes: it is never sent, yet when the
-// step of the other requests of its Enqueue is refused whole, abort's
-// unpend clears the settle mark of its id.
-func TestReview3NoLaneRequestClearsForeignSettleMark(t *testing.T) {
+// The same through a request with no lanes: it is never sent, and when
+// the step of the other requests of its Enqueue is refused whole, the
+// settle mark of its id stays.
+func TestNoLaneRequestKeepsAnotherSettlesMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()
@@ -122,13 +123,12 @@ func TestReview3NoLaneRequestClearsForeignSettleMark(t *testing.T) {
 	})
 }
 
-// The window 04aca72 closed, reopened by a waiter that gives up: the entry
-// whose step is in flight past its local deadline is marked by untrack; a
-// second Enqueue of its id waits on that mark and its ctx ends: abort's
-// unpend closes the mark, though the step is still in flight. A third
-// Enqueue is then sent at once and renews the entry the late step's settle
+// The same for the mark untrack leaves on an entry whose step is in flight
+// past its local deadline: a second Enqueue of its id waits on that mark
+// and its ctx ends; the mark stays while the step is in flight, so a third
+// Enqueue is not sent at once to renew the entry the late step's settle
 // removes.
-func TestReview3CancelledWaiterClearsUntrackMark(t *testing.T) {
+func TestCancelledWaiterKeepsALateStepsMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()

@@ -10,7 +10,7 @@ import (
 // it came (--redis, LANES_REDIS_URL, --redis-url-file), and whatever its
 // form: a bare word, a word:digits pair (read as host:port by the hint, and
 // as a scheme by go-redis), a URL missing its "@host".
-func TestReview3PasswordWhereTheURLGoesNeverPrinted(t *testing.T) {
+func TestPasswordWhereTheURLGoesNeverPrinted(t *testing.T) {
 	for _, tt := range []struct{ url, secret string }{
 		{"hunter2", "hunter2"},                       // bare word: quoted back as the URL
 		{"Tr0ub4dor:1234", "tr0ub4dor"},              // go-redis's scheme error, and the hint
