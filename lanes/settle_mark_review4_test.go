@@ -18,7 +18,7 @@ import (
 // steps wait for gate.
 type scripted struct {
 	*lanes.Memory
-	n                      atomic.Int32
+	n                     atomic.Int32
 	refuseA, replyB, gate chan struct{}
 }
 

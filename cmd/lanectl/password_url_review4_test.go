@@ -9,10 +9,10 @@ import (
 // Secrets lanectl still prints back (review four).
 func TestReview4SecretsNeverPrinted(t *testing.T) {
 	for _, tt := range []struct{ url, secret string }{
-		{"redis://127.0.0.1:1/?db=0;password=s3cr3t", "s3cr3t"},     // ";" pair: Go drops it, redactQuery splits on "&" only
-		{"redis://:12345!", "12345!"},                               // redis://:pw with no letter in pw: portSpan skips it
-		{"redis://:20240601", "20240601"},                           // digits only: quoted as a port
-		{"redis://127.0.0.1:1/?addr=127.0.0.1:s3cr3t", "s3cr3t"},    // Cluster seed addr=host:pw, like redis://:pw
+		{"redis://127.0.0.1:1/?db=0;password=s3cr3t", "s3cr3t"},                   // ";" pair: Go drops it, redactQuery splits on "&" only
+		{"redis://:12345!", "12345!"},                                             // redis://:pw with no letter in pw: portSpan skips it
+		{"redis://:20240601", "20240601"},                                         // digits only: quoted as a port
+		{"redis://127.0.0.1:1/?addr=127.0.0.1:s3cr3t", "s3cr3t"},                  // Cluster seed addr=host:pw, like redis://:pw
 		{"redis://127.0.0.1:1/?master_name=m&sentinel_password=s3cr3t", "s3cr3t"}, // a password option go-redis lacks, quoted back
 	} {
 		file := filepath.Join(t.TempDir(), "url")
