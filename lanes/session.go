@@ -247,6 +247,11 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 	if err := s.awaitSettles(ctx, send); err != nil {
 		return nil, s.abort(ctx, tickets, nil, err)
 	}
+	if s.allFinished(tickets) {
+		// Their local deadline passed, or the Session closed, while they
+		// waited: a step sent now would make entries nobody keeps alive.
+		return nil, s.abort(ctx, tickets, nil, ErrWaitTimeout)
+	}
 	sent := tickets[0].e.queued
 	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
 	var inBackend []string                  // ids that may be in the backend
@@ -491,6 +496,19 @@ func (s *Session) unpend(e *entry) {
 		delete(s.settling, e.id)
 	}
 	e.mark = nil
+}
+
+// allFinished reports whether this Session keeps none of the entries of
+// tickets alive any more.
+func (s *Session) allFinished(tickets []*Ticket) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range tickets {
+		if !t.e.finished {
+			return false
+		}
+	}
+	return true
 }
 
 // awaitSettles waits until no background settle of this Session is busy

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -39,6 +38,9 @@ func redactURL(raw string) string {
 	// opaque rest, and Redacted keeps the password.
 	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
 		u.RawQuery = redactQuery(u.RawQuery)
+		if p := u.Port(); p != "" && !validPort(p) {
+			u.Host = net.JoinHostPort(u.Hostname(), redacted) // a password that lost its "@", maybe
+		}
 		return u.Redacted()
 	}
 	if i, j, ok := passwordSpan(raw); ok {
@@ -53,8 +55,8 @@ func redactURL(raw string) string {
 	return raw
 }
 
-// portSpan finds, in a URL without a user part, a "port" with a letter in
-// it, the place a password lands when "user:pw@" lost its "@host":
+// portSpan finds, in a URL without a user part, a "port" that is no port
+// number, the place a password lands when "user:pw@" lost its "@host":
 // redis://:hunter2.
 func portSpan(raw string) (i, j int, ok bool) {
 	k := strings.Index(raw, "://")
@@ -66,22 +68,55 @@ func portSpan(raw string) (i, j int, ok bool) {
 		auth = auth[:e]
 	}
 	c := strings.LastIndex(auth, ":")
-	if c < 0 || strings.Contains(auth, "@") || !strings.ContainsFunc(auth[c+1:], unicode.IsLetter) {
+	if c < 0 || strings.Contains(auth, "@") || validPort(auth[c+1:]) || !strings.ContainsFunc(auth[c+1:], isAlnumRune) {
 		return 0, 0, false
 	}
 	return k + 3 + c + 1, k + 3 + len(auth), true
 }
 
-// redactQuery returns the query q with the value of every password
-// parameter replaced by xxxxx, the rest as written.
+// redactQuery returns the query q with the value of every parameter whose
+// name holds "password" (any case) replaced by xxxxx, and the port of an
+// addr= that is no port number too (a password that lost its "@"); the
+// rest as written. Pairs split at "&" and ";" (Go drops a ";" pair, but it
+// is printed all the same).
 func redactQuery(q string) string {
-	parts := strings.Split(q, "&")
-	for i, p := range parts {
-		if k, _, ok := strings.Cut(p, "="); ok && strings.EqualFold(queryKey(k), "password") {
-			parts[i] = k + "=" + redacted
+	var b strings.Builder
+	for len(q) > 0 {
+		i := strings.IndexAny(q, "&;")
+		p, sep := q, ""
+		if i >= 0 {
+			p, sep, q = q[:i], q[i:i+1], q[i+1:]
+		} else {
+			q = ""
 		}
+		k, v, ok := strings.Cut(p, "=")
+		switch {
+		case ok && secretKey(k):
+			p = k + "=" + redacted
+		case ok && strings.EqualFold(queryKey(k), "addr"):
+			if c := strings.LastIndex(v, ":"); c >= 0 && !validPort(v[c+1:]) && strings.ContainsFunc(v[c+1:], isAlnumRune) {
+				p = k + "=" + v[:c+1] + redacted
+			}
+		}
+		b.WriteString(p + sep)
 	}
-	return strings.Join(parts, "&")
+	return b.String()
+}
+
+// secretKey reports whether a query parameter named k may hold a password.
+func secretKey(k string) bool {
+	return strings.Contains(strings.ToLower(queryKey(k)), "password")
+}
+
+// isAlnumRune reports whether r is a letter or digit, or not ASCII.
+func isAlnumRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r >= 128
+}
+
+// validPort reports whether p is a port number, 1 to 65535.
+func validPort(p string) bool {
+	n, err := strconv.Atoi(p)
+	return err == nil && n >= 1 && n <= 65535 && !strings.HasPrefix(p, "+")
 }
 
 // queryKey returns a query parameter's name as go-redis reads it.
@@ -120,8 +155,8 @@ func redactSecret(msg, rawURL string) string {
 		if p, ok := u.User.Password(); ok {
 			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
 		}
-		for _, p := range strings.Split(u.RawQuery, "&") {
-			if k, v, ok := strings.Cut(p, "="); ok && strings.EqualFold(queryKey(k), "password") {
+		for _, p := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
+			if k, v, ok := strings.Cut(p, "="); ok && secretKey(k) {
 				secrets = append(secrets, v, queryKey(v))
 			}
 		}
@@ -130,10 +165,30 @@ func redactSecret(msg, rawURL string) string {
 	}
 	for _, s := range secrets {
 		if s != "" {
-			msg = strings.ReplaceAll(msg, s, redacted)
+			msg = replaceSecret(msg, s)
 		}
 	}
 	return msg
+}
+
+// replaceSecret replaces s in msg by xxxxx, but where it is a URL's
+// scheme (a password "redis" leaves "redis://" be).
+func replaceSecret(msg, s string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, s)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		b.WriteString(msg[:i])
+		if strings.HasPrefix(msg[i+len(s):], "://") {
+			b.WriteString(s)
+		} else {
+			b.WriteString(redacted)
+		}
+		msg = msg[i+len(s):]
+	}
 }
 
 // parseRedisURL parses a --redis URL with redis.ParseURL: redis:// or
@@ -186,8 +241,8 @@ var quoted = regexp.MustCompile(` ?"(?:[^"\\]|\\.)*"`)
 // checkPort refuses an address whose port is not 1 to 65535.
 func checkPort(addr, what string) error {
 	if _, port, err := net.SplitHostPort(addr); err == nil {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return usageErrorf("bad %s: port %q is not 1 to 65535", what, port)
+		if !validPort(port) {
+			return usageErrorf("bad %s: a port is not a number from 1 to 65535", what) // nor is it shown: it may be a password
 		}
 	}
 	return nil

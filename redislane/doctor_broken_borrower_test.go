@@ -13,7 +13,7 @@ import (
 
 // A live (not ended) borrower whose lender record, link, or both were
 // deleted by hand is still a problem.
-func TestReview4DoctorLiveBorrowerLenderGone(t *testing.T) {
+func TestDoctorLiveBorrowerLenderGone(t *testing.T) {
 	for _, cut := range []string{"link", "record", "both"} {
 		t.Run(cut, func(t *testing.T) {
 			m := miniredis.RunT(t)

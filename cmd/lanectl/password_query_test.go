@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// Secrets lanectl still prints back (review four).
-func TestReview4SecretsNeverPrinted(t *testing.T) {
+// Secrets a review found printed back: in a ";" query pair, a port, an
+// addr= seed, a password option go-redis lacks.
+func TestSecretsInQueryAndPortNeverPrinted(t *testing.T) {
 	for _, tt := range []struct{ url, secret string }{
 		{"redis://127.0.0.1:1/?db=0;password=s3cr3t", "s3cr3t"},                   // ";" pair: Go drops it, redactQuery splits on "&" only
 		{"redis://:12345!", "12345!"},                                             // redis://:pw with no letter in pw: portSpan skips it
@@ -36,7 +37,7 @@ func TestReview4SecretsNeverPrinted(t *testing.T) {
 
 // A password that is a common word is blanked everywhere in the message,
 // which then no longer says what it says: "xxxxx://" for the scheme.
-func TestReview4ShortPasswordKeepsTheMessage(t *testing.T) {
+func TestShortPasswordKeepsTheMessage(t *testing.T) {
 	_, _, stderr := runInProcess(t, "--redis", "redis://:redis@127.0.0.1:1", "keys")
 	assertOneLine(t, stderr)
 	if !strings.Contains(stderr, "redis://") {
