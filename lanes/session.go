@@ -244,13 +244,13 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 	if err != nil || len(send) == 0 {
 		return tickets, err
 	}
-	if err := s.awaitSettles(ctx, send); err != nil {
+	if err := s.awaitSettles(ctx, tickets, send); err != nil {
 		return nil, s.abort(ctx, tickets, nil, err)
 	}
-	if s.allFinished(tickets) {
+	if err := s.allFinished(tickets); err != nil {
 		// Their local deadline passed, or the Session closed, while they
 		// waited: a step sent now would make entries nobody keeps alive.
-		return nil, s.abort(ctx, tickets, nil, ErrWaitTimeout)
+		return nil, s.abort(ctx, tickets, nil, err)
 	}
 	sent := tickets[0].e.queued
 	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
@@ -498,32 +498,55 @@ func (s *Session) unpend(e *entry) {
 	e.mark = nil
 }
 
-// allFinished reports whether this Session keeps none of the entries of
-// tickets alive any more.
-func (s *Session) allFinished(tickets []*Ticket) bool {
+// allFinished returns an error when this Session keeps none of the
+// entries of tickets alive any more: ErrClosed after Close, else the error
+// their wait ended with (their local deadline passed). nil otherwise.
+func (s *Session) allFinished(tickets []*Ticket) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range tickets {
 		if !t.e.finished {
-			return false
+			return nil
 		}
 	}
-	return true
+	if s.closed {
+		return ErrClosed
+	}
+	for _, t := range tickets {
+		if t.e.err != nil {
+			return t.e.err
+		}
+	}
+	return fmt.Errorf("%w: the entries ended while their step waited for a settle of their ids", ErrUnavailable)
 }
 
 // awaitSettles waits until no background settle of this Session is busy
 // with an id of reqs, so that a request is not sent between a failed
 // step's ids and their settle: the settle would then remove the entry it
 // made, or renewed, behind its back. After the settle the backend refuses
-// those ids (ErrIDRetired) while their tombstones live. It returns ctx's
-// error if ctx ends first.
-func (s *Session) awaitSettles(ctx context.Context, reqs []Request) error {
+// those ids (ErrIDRetired) while their tombstones live. The marks of
+// tickets' own entries (made when they ended while waiting) are not waited
+// for, and the wait ends once every entry of tickets ended (allFinished
+// then says why). It returns ctx's error if ctx ends first.
+func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Request) error {
 	for {
 		var busy chan struct{}
 		s.mu.Lock()
-		for i := 0; i < len(reqs) && len(s.settling) > 0; i++ {
-			r := reqs[i]
-			if busy = s.settling[r.ID]; busy != nil {
+		own := func(c chan struct{}) bool {
+			for _, t := range tickets {
+				if t.e.mark == c {
+					return true
+				}
+			}
+			return false
+		}
+		done := true
+		for _, t := range tickets {
+			done = done && t.e.finished
+		}
+		for i := 0; !done && i < len(reqs) && len(s.settling) > 0; i++ {
+			if c := s.settling[reqs[i].ID]; c != nil && !own(c) {
+				busy = c
 				break
 			}
 		}

@@ -10,13 +10,12 @@ import (
 	"github.com/lanes-dev/lanes/lanes"
 )
 
-// review5: an Enqueue of two ids, one of which waits on another Enqueue's
-// settle, passes its local deadline while it waits. untrack marks the id
-// that had no mark with the entry's own mark; when the settle ends,
-// awaitSettles finds that mark and waits on it. Nobody closes it (only
-// abort/apply do, after awaitSettles), so the Enqueue hangs although
-// nothing is settling.
-func TestReview5MultiIDEnqueueExpiredWhileAwaitingDoesNotHang(t *testing.T) {
+// (Found by a review.) An Enqueue of two ids, one of which waits on
+// another Enqueue's settle, passes its local deadline while it waits:
+// untrack marks the other id with the entry's own mark. awaitSettles does
+// not wait for its own entries' marks (it hung on them, as nobody closes
+// them before it returns).
+func TestMultiIDEnqueueExpiredWhileAwaitingDoesNotHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()
@@ -50,9 +49,9 @@ func TestReview5MultiIDEnqueueExpiredWhileAwaitingDoesNotHang(t *testing.T) {
 	})
 }
 
-// review5: the same through Close: Close while an Enqueue of two ids waits
-// on a settle of one of them.
-func TestReview5CloseWhileMultiIDEnqueueAwaitsSettle(t *testing.T) {
+// The same through Close: Close while an Enqueue of two ids waits on a
+// settle of one of them.
+func TestCloseWhileMultiIDEnqueueAwaitsSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()
@@ -89,10 +88,9 @@ func TestReview5CloseWhileMultiIDEnqueueAwaitsSettle(t *testing.T) {
 	})
 }
 
-// review5: Close while an Enqueue of one id waits on that id's settle: the
-// Enqueue sends nothing (good) but reports ErrWaitTimeout, though its ctx
-// has no deadline and the Session closed; Enqueue documents ErrClosed.
-func TestReview5CloseWhileEnqueueAwaitsSettleReportsClosed(t *testing.T) {
+// Close while an Enqueue of one id waits on that id's settle: the Enqueue
+// sends nothing and reports ErrClosed, as Enqueue documents.
+func TestCloseWhileEnqueueAwaitsSettleReportsClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		m := lanes.NewMemory()
