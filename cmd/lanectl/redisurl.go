@@ -37,11 +37,7 @@ func redactURL(raw string) string {
 	// Without "://", url.Parse reads "user:pw@host" as a scheme and an
 	// opaque rest, and Redacted keeps the password.
 	if u, err := url.Parse(raw); err == nil && strings.Contains(raw, "://") {
-		u.RawQuery = redactQuery(u.RawQuery)
-		if p := u.Port(); p != "" && !validPort(p) {
-			u.Host = net.JoinHostPort(u.Hostname(), redacted) // a password that lost its "@", maybe
-		}
-		return u.Redacted()
+		return safeURL(u, raw)
 	}
 	if i, j, ok := passwordSpan(raw); ok {
 		raw = raw[:i] + redacted + raw[j:]
@@ -53,6 +49,47 @@ func redactURL(raw string) string {
 		raw = raw[:q+1] + redactQuery(raw[q+1:])
 	}
 	return raw
+}
+
+// safeURL writes the parsed URL u (raw as given) with nothing that may be
+// a secret: the password, a port or path that is no number, a fragment,
+// a query parameter that is no option name, the value of a parameter
+// named for a secret, an addr= that is no host:port. A raw URL with an
+// "@" the parse did not read as the user part's end (a password holding
+// "#", "?" or "/") is shown as its scheme alone.
+func safeURL(u *url.URL, raw string) string {
+	rest := raw[strings.Index(raw, "://")+3:]
+	if strings.Contains(rest, "@") && (u.User == nil || strings.Contains(u.Fragment+u.RawQuery+u.Path, "@")) {
+		return u.Scheme + "://" + redacted
+	}
+	var b strings.Builder
+	b.WriteString(u.Scheme + "://")
+	if u.User != nil {
+		b.WriteString(u.User.Username())
+		if _, ok := u.User.Password(); ok {
+			b.WriteString(":" + redacted)
+		}
+		b.WriteString("@")
+	}
+	if p := u.Port(); p != "" && !validPort(p) {
+		b.WriteString(net.JoinHostPort(u.Hostname(), redacted)) // a password that lost its "@", maybe
+	} else {
+		b.WriteString(u.Host)
+	}
+	switch p := strings.TrimPrefix(u.Path, "/"); {
+	case u.Path == "":
+	case p == "" || strings.Trim(p, "0123456789") == "":
+		b.WriteString(u.EscapedPath())
+	default:
+		b.WriteString("/" + redacted)
+	}
+	if u.RawQuery != "" || u.ForceQuery {
+		b.WriteString("?" + redactQuery(u.RawQuery))
+	}
+	if u.Fragment != "" || strings.HasSuffix(raw, "#") {
+		b.WriteString("#" + redacted)
+	}
+	return b.String()
 }
 
 // portSpan finds, in a URL without a user part, a "port" that is no port
@@ -74,11 +111,12 @@ func portSpan(raw string) (i, j int, ok bool) {
 	return k + 3 + c + 1, k + 3 + len(auth), true
 }
 
-// redactQuery returns the query q with the value of every parameter whose
-// name holds "password" (any case) replaced by xxxxx, and the port of an
-// addr= that is no port number too (a password that lost its "@"); the
-// rest as written. Pairs split at "&" and ";" (Go drops a ";" pair, but it
-// is printed all the same).
+// redactQuery returns the query q with every pair that may hold a secret
+// replaced: a name that is no option name (letters and "_") becomes
+// xxxxx whole; the value of a name holding "pass", "secret", "token" or
+// "auth" (any case), and an addr= that is no host:port, become xxxxx;
+// the rest stays as written. Pairs split at "&" and ";" (Go drops a ";"
+// pair, but it is printed all the same).
 func redactQuery(q string) string {
 	var b strings.Builder
 	for len(q) > 0 {
@@ -91,21 +129,37 @@ func redactQuery(q string) string {
 		}
 		k, v, ok := strings.Cut(p, "=")
 		switch {
+		case !optionName.MatchString(queryKey(k)):
+			p = redacted
 		case ok && secretKey(k):
 			p = k + "=" + redacted
-		case ok && strings.EqualFold(queryKey(k), "addr"):
-			if c := strings.LastIndex(v, ":"); c >= 0 && !validPort(v[c+1:]) && strings.ContainsFunc(v[c+1:], isAlnumRune) {
-				p = k + "=" + v[:c+1] + redacted
-			}
+		case ok && strings.EqualFold(queryKey(k), "addr") && !hostPort(queryKey(v)):
+			p = k + "=" + redacted
 		}
 		b.WriteString(p + sep)
 	}
 	return b.String()
 }
 
+// optionName matches the name of a go-redis URL option, or a word like it.
+var optionName = regexp.MustCompile(`^[A-Za-z_]{1,40}$`)
+
+// hostPort reports whether v is host:port with a port number and no user
+// part: an addr= that holds no secret.
+func hostPort(v string) bool {
+	h, p, err := net.SplitHostPort(v)
+	return err == nil && h != "" && validPort(p) && !strings.ContainsAny(h, "@:/?#%") || err == nil && net.ParseIP(h) != nil && validPort(p)
+}
+
 // secretKey reports whether a query parameter named k may hold a password.
 func secretKey(k string) bool {
-	return strings.Contains(strings.ToLower(queryKey(k)), "password")
+	k = strings.ToLower(queryKey(k))
+	for _, w := range []string{"pass", "secret", "token", "auth"} {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // isAlnumRune reports whether r is a letter or digit, or not ASCII.
@@ -171,7 +225,8 @@ func redactSecret(msg, rawURL string) string {
 	return msg
 }
 
-// replaceSecret replaces s in msg by xxxxx, but where it is a URL's
+// replaceSecret replaces s in msg by xxxxx where it stands alone: not
+// inside a longer word (a password "a" leaves "bad" be), nor as a URL's
 // scheme (a password "redis" leaves "redis://" be).
 func replaceSecret(msg, s string) string {
 	var b strings.Builder
@@ -182,12 +237,14 @@ func replaceSecret(msg, s string) string {
 			return b.String()
 		}
 		b.WriteString(msg[:i])
-		if strings.HasPrefix(msg[i+len(s):], "://") {
-			b.WriteString(s)
+		after := msg[i+len(s):]
+		inWord := i > 0 && isAlnumRune(rune(msg[i-1])) || after != "" && isAlnumRune(rune(after[0]))
+		if inWord || strings.HasPrefix(after, "://") {
+			b.WriteString(s) // part of a longer word, or a scheme
 		} else {
 			b.WriteString(redacted)
 		}
-		msg = msg[i+len(s):]
+		msg = after
 	}
 }
 
@@ -231,8 +288,20 @@ func badURL(err error, raw, what string) error {
 		// port, say): the reason is told without it
 		err = errors.New(quoted.ReplaceAllString(ue.Err.Error(), ""))
 	}
-	reason := redactSecret(err.Error(), raw)
+	reason := safeReason(redactSecret(err.Error(), raw))
 	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
+}
+
+// safeReason is go-redis's reason for refusing a URL without the part of
+// the URL it quotes after ": " (an option's value, a database "number"),
+// which may be a secret; an option's name stays.
+func safeReason(reason string) string {
+	r := strings.TrimPrefix(reason, "redis: ")
+	head, rest, ok := strings.Cut(r, ": ")
+	if !ok || optionName.MatchString(rest) {
+		return r
+	}
+	return head
 }
 
 // quoted matches a Go-quoted string and the space before it.
@@ -439,9 +508,13 @@ func pathReason(err error) error {
 // the one read from --redis-url-file, with the CAs of --redis-ca-file
 // trusted for TLS, whichever its form.
 func (g *globalOptions) redisTarget() (*redisTarget, error) {
-	what := fmt.Sprintf("--redis URL %q", redactURL(g.redisURL))
+	shown := fmt.Sprintf("%q", redactURL(g.redisURL))
+	if redactURL(g.redisURL) == redacted {
+		shown = "(not shown: it may be a password)"
+	}
+	what := "--redis URL " + shown
 	if g.urlFromEnv {
-		what = fmt.Sprintf("Redis URL %q in LANES_REDIS_URL", redactURL(g.redisURL))
+		what = "Redis URL " + shown + " in LANES_REDIS_URL"
 	}
 	if g.urlFile != "" {
 		raw, err := readURLFile(g.urlFile, g.urlFileFrom)

@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// review5: secrets still printed back.
-func TestReview5SecretsNeverPrinted(t *testing.T) {
+// (Found by a review.) Secrets in a user part that broke the parse (a "#",
+// "?" or "/" in the password), in an addr= seed, and encoded colons.
+func TestBrokenUserPartsNeverPrinted(t *testing.T) {
 	for _, tt := range []struct{ url, secret string }{
 		// A password with an unencoded '#', '?' or '/' after leading digits:
 		// url.Parse reads "user:2024" as host:port and the rest as the
@@ -45,9 +46,9 @@ func TestReview5SecretsNeverPrinted(t *testing.T) {
 	}
 }
 
-// review5: a one-letter password (or one that is a common substring) is
+// (Found by a review.) A one-letter password (or one that is a common substring) is
 // blanked inside every word: "bxxxxxd --redis URL ... pxxxxxssword".
-func TestReview5OneLetterPasswordKeepsTheMessage(t *testing.T) {
+func TestOneLetterPasswordKeepsTheMessage(t *testing.T) {
 	for _, u := range []string{
 		"redis://127.0.0.1:1/?password=a&password=b",
 		"redis://:a@127.0.0.1:1/?bogus=1",
