@@ -69,7 +69,10 @@ func TestChaosNestedLineages(t *testing.T) {
 					time.Sleep(2 * time.Millisecond)
 				}
 			}
-			if live == nil {
+			if live == nil || !lent {
+				// A fault on a process that lends nothing to a holding
+				// borrower tests nothing here; on a loaded machine two such
+				// kills left the scenario untested (CI failed so once).
 				continue
 			}
 			if k%2 == 0 {
