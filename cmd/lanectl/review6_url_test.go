@@ -1,0 +1,64 @@
+package main
+
+import (
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// review6: a user part whose "@host" was forgotten, "user:password:port"
+// or ":password:port", is a host url.Parse accepts (only the part after the
+// last ':' must be a port). safeURL prints u.Host as written, and so does
+// the dial error: the password is shown twice.
+func TestReview6PasswordAsHostNeverPrinted(t *testing.T) {
+	for _, u := range []string{
+		"redis://default:s3cr3t:6379",
+		"redis://:s3cr3t:6379",
+		"redis://default:s3cr3t:6379/0",
+		"redis://default:s3cr3t:6379/?addr=127.0.0.1:1",
+	} {
+		file := filepath.Join(t.TempDir(), "url")
+		writeFile(t, file, u+"\n", 0o600)
+		for _, how := range []struct {
+			name string
+			env  map[string]string
+			args []string
+		}{
+			{"--redis", nil, []string{"--redis", u, "status"}},
+			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": u}, []string{"keys"}},
+			{"--redis-url-file", nil, []string{"--redis-url-file", file, "status"}},
+		} {
+			_, stdout, stderr := runWithEnv(t, how.env, how.args...)
+			if strings.Contains(stdout+stderr, "s3cr3t") {
+				t.Errorf("%s %q: output %q shows the password", how.name, u, stdout+stderr)
+			}
+		}
+	}
+}
+
+// review6: a user name is printed decoded, so %0A splits the status
+// header over two lines and %1B sends a terminal escape.
+func TestReview6UserNamePrintsOneLine(t *testing.T) {
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:6379", time.Second); err != nil {
+		t.Skip("no Redis at 127.0.0.1:6379")
+	} else {
+		c.Close()
+	}
+	ns := "rv6-user-" + time.Now().Format("150405.000000")
+	_, stdout, stderr := runInProcess(t, "--redis", "redis://u%0Ax%1B%5B2J@127.0.0.1:6379", "--namespace", ns, "status")
+	first := strings.SplitN(stdout, "\n", 2)[0]
+	if !strings.Contains(first, "127.0.0.1:6379") || strings.Contains(stdout, "\x1b") {
+		t.Errorf("status header not one plain line: %q (stderr %q)", stdout, stderr)
+	}
+}
+
+// review6: net/url's "net/url: invalid userinfo" loses its reason to
+// safeReason, which keeps only what stands before ": ".
+func TestReview6InvalidUserinfoKeepsItsReason(t *testing.T) {
+	_, _, stderr := runInProcess(t, "--redis", "redis://u[x@127.0.0.1:1", "status")
+	if strings.HasSuffix(strings.TrimSpace(stderr), ": net/url") {
+		t.Errorf("reason garbled: %q", stderr)
+	}
+}
