@@ -45,6 +45,9 @@ func redactURL(raw string) string {
 		// no "@": a password may stand where the port goes (redis://:pw)
 		raw = raw[:i] + redacted + raw[j:]
 	}
+	if f := strings.Index(raw, "#"); f >= 0 {
+		raw = raw[:f+1] + redacted // a fragment may be the rest of a password
+	}
 	if q := strings.Index(raw, "?"); q >= 0 {
 		raw = raw[:q+1] + redactQuery(raw[q+1:])
 	}
@@ -65,13 +68,19 @@ func safeURL(u *url.URL, raw string) string {
 	var b strings.Builder
 	b.WriteString(u.Scheme + "://")
 	if u.User != nil {
-		b.WriteString(u.User.Username())
+		if n := u.User.Username(); safeUser(n) {
+			b.WriteString(n)
+		} else {
+			b.WriteString(redacted)
+		}
 		if _, ok := u.User.Password(); ok {
 			b.WriteString(":" + redacted)
 		}
 		b.WriteString("@")
 	}
-	if p := u.Port(); p != "" && !validPort(p) {
+	if badHost(u.Host) {
+		b.WriteString(redacted) // "user:pw:port" that lost its "@", maybe
+	} else if p := u.Port(); p != "" && !validPort(p) {
 		b.WriteString(net.JoinHostPort(u.Hostname(), redacted)) // a password that lost its "@", maybe
 	} else {
 		b.WriteString(u.Host)
@@ -90,6 +99,24 @@ func safeURL(u *url.URL, raw string) string {
 		b.WriteString("#" + redacted)
 	}
 	return b.String()
+}
+
+// badHost reports whether a URL's host has a ":" outside brackets before
+// its port: no host, but "user:pw:port" whose "@host" was forgotten.
+func badHost(host string) bool {
+	return !strings.HasPrefix(host, "[") && strings.Count(host, ":") > 1
+}
+
+// safeUser reports whether a URL's user name may be printed: printable
+// ASCII without ":" (a decoded "a%3Apw" reads as a password), no control
+// character to break the line.
+func safeUser(n string) bool {
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; c <= ' ' || c >= 127 || c == ':' {
+			return false
+		}
+	}
+	return true
 }
 
 // portSpan finds, in a URL without a user part, a "port" that is no port
@@ -214,6 +241,13 @@ func redactSecret(msg, rawURL string) string {
 				secrets = append(secrets, v, queryKey(v))
 			}
 		}
+		if badHost(u.Host) {
+			// "user:pw:port" with no "@": dial errors quote the "host"
+			secrets = append(secrets, u.Host, u.Hostname())
+		}
+		if n := u.User.Username(); n != "" && !safeUser(n) {
+			secrets = append(secrets, n, url.PathEscape(n), url.QueryEscape(n))
+		}
 	} else if i, j, ok := passwordSpan(rawURL); ok {
 		secrets = append(secrets, rawURL[i:j])
 	}
@@ -296,7 +330,7 @@ func badURL(err error, raw, what string) error {
 // the URL it quotes after ": " (an option's value, a database "number"),
 // which may be a secret; an option's name stays.
 func safeReason(reason string) string {
-	r := strings.TrimPrefix(reason, "redis: ")
+	r := strings.TrimPrefix(strings.TrimPrefix(reason, "redis: "), "net/url: ")
 	head, rest, ok := strings.Cut(r, ": ")
 	if !ok || optionName.MatchString(rest) {
 		return r

@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// review6: a user part whose "@host" was forgotten, "user:password:port"
+// (Found by a review.) A user part whose "@host" was forgotten, "user:password:port"
 // or ":password:port", is a host url.Parse accepts (only the part after the
-// last ':' must be a port). safeURL prints u.Host as written, and so does
-// the dial error: the password is shown twice.
-func TestReview6PasswordAsHostNeverPrinted(t *testing.T) {
+// last ":" must be a port). The URL and the dial error quoted it; now
+// neither does.
+func TestPasswordAsHostNeverPrinted(t *testing.T) {
 	for _, u := range []string{
 		"redis://default:s3cr3t:6379",
 		"redis://:s3cr3t:6379",
@@ -38,9 +38,9 @@ func TestReview6PasswordAsHostNeverPrinted(t *testing.T) {
 	}
 }
 
-// review6: a user name is printed decoded, so %0A splits the status
-// header over two lines and %1B sends a terminal escape.
-func TestReview6UserNamePrintsOneLine(t *testing.T) {
+// (Found by a review.) A user name printed decoded split the status
+// header with %0A and sent a terminal escape with %1B; it is not shown.
+func TestUserNamePrintsOneLine(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", "127.0.0.1:6379", time.Second); err != nil {
 		t.Skip("no Redis at 127.0.0.1:6379")
 	} else {
@@ -54,9 +54,9 @@ func TestReview6UserNamePrintsOneLine(t *testing.T) {
 	}
 }
 
-// review6: net/url's "net/url: invalid userinfo" loses its reason to
-// safeReason, which keeps only what stands before ": ".
-func TestReview6InvalidUserinfoKeepsItsReason(t *testing.T) {
+// (Found by a review.) "net/url: invalid userinfo" keeps its reason (it
+// lost it to safeReason, which kept what stood before ": ").
+func TestInvalidUserinfoKeepsItsReason(t *testing.T) {
 	_, _, stderr := runInProcess(t, "--redis", "redis://u[x@127.0.0.1:1", "status")
 	if strings.HasSuffix(strings.TrimSpace(stderr), ": net/url") {
 		t.Errorf("reason garbled: %q", stderr)
