@@ -532,6 +532,10 @@ func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Re
 	for {
 		var busy chan struct{}
 		s.mu.Lock()
+		if len(s.settling) == 0 { // the usual case: no settle runs
+			s.mu.Unlock()
+			return nil
+		}
 		own := func(c chan struct{}) bool {
 			for _, t := range tickets {
 				if t.e.mark == c {
@@ -544,7 +548,7 @@ func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Re
 		for _, t := range tickets {
 			done = done && t.e.finished
 		}
-		for i := 0; !done && i < len(reqs) && len(s.settling) > 0; i++ {
+		for i := 0; !done && i < len(reqs); i++ {
 			if c := s.settling[reqs[i].ID]; c != nil && !own(c) {
 				busy = c
 				break
