@@ -18,18 +18,9 @@ import (
 func TestMultiIDEnqueueExpiredWhileAwaitingDoesNotHang(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := lanes.NewMemory()
-		g := &settleGate{Memory: m, gate: make(chan struct{})}
-		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		a := lanes.Request{ID: "a", Lanes: []lanes.Lane{{Key: "k", Limit: 2}}}
 		b := lanes.Request{ID: "b", Lanes: []lanes.Lane{{Key: "k", Limit: 2}}}
-		g.failNext.Store(true)
-		if _, err := s.Enqueue(ctx, a); err == nil { // settle of a waits at the gate
-			t.Fatal("Enqueue with an unreadable reply succeeded")
-		}
+		_, g, s := settling(t, a)               // the settle of a waits at the gate
 		ectx, cancel := context.WithCancel(ctx) // only to end the hang after the check
 		defer cancel()
 		done := make(chan error, 1)
@@ -54,18 +45,9 @@ func TestMultiIDEnqueueExpiredWhileAwaitingDoesNotHang(t *testing.T) {
 func TestCloseWhileMultiIDEnqueueAwaitsSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := lanes.NewMemory()
-		g := &settleGate{Memory: m, gate: make(chan struct{})}
-		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		a := lanes.Request{ID: "a", Lanes: []lanes.Lane{{Key: "k", Limit: 2}}}
 		b := lanes.Request{ID: "b", Lanes: []lanes.Lane{{Key: "k", Limit: 2}}}
-		g.failNext.Store(true)
-		if _, err := s.Enqueue(ctx, a); err == nil {
-			t.Fatal("Enqueue with an unreadable reply succeeded")
-		}
+		_, g, s := settling(t, a)
 		ectx, cancel := context.WithCancel(ctx) // only to end the hang after the check
 		defer cancel()
 		done := make(chan error, 1)
@@ -93,17 +75,8 @@ func TestCloseWhileMultiIDEnqueueAwaitsSettle(t *testing.T) {
 func TestCloseWhileEnqueueAwaitsSettleReportsClosed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := lanes.NewMemory()
-		g := &settleGate{Memory: m, gate: make(chan struct{})}
-		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		a := lanes.Request{ID: "a", Lanes: []lanes.Lane{{Key: "k", Limit: 2}}}
-		g.failNext.Store(true)
-		if _, err := s.Enqueue(ctx, a); err == nil {
-			t.Fatal("Enqueue with an unreadable reply succeeded")
-		}
+		_, g, s := settling(t, a)
 		done := make(chan error, 1)
 		go func() { _, err := s.Enqueue(ctx, a); done <- err }()
 		synctest.Wait()

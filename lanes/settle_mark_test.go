@@ -18,20 +18,11 @@ import (
 func TestCancelledWaiterKeepsAnotherSettlesMark(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := lanes.NewMemory()
-		g := &settleGate{Memory: m, gate: make(chan struct{})}
-		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		req := lanes.Request{ID: "job-1", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}
-		g.failNext.Store(true)
-		if _, err := s.Enqueue(ctx, req); err == nil {
-			t.Fatal("Enqueue with an unreadable reply succeeded")
-		}
+		m, g, s := settling(t, req)
 		// A second Enqueue of the id gives up waiting for the settle.
 		short, cancel := context.WithTimeout(ctx, time.Second)
-		_, err = s.Enqueue(short, req)
+		_, err := s.Enqueue(short, req)
 		cancel()
 		if !errors.Is(err, lanes.ErrWaitTimeout) {
 			t.Fatalf("second Enqueue = %v; want ErrWaitTimeout while the settle waits", err)

@@ -176,6 +176,24 @@ func (g *settleGate) Settle(ctx context.Context, owner string, lifetime time.Dur
 	return g.Memory.Settle(ctx, owner, lifetime, ids)
 }
 
+// settling returns, inside a synctest bubble, a Session (TTL 10s) on a
+// settleGate over a new Memory whose Enqueue of req failed after its step
+// ran: the settle of req's id waits at the gate.
+func settling(t *testing.T, req lanes.Request) (*lanes.Memory, *settleGate, *lanes.Session) {
+	t.Helper()
+	m := lanes.NewMemory()
+	g := &settleGate{Memory: m, gate: make(chan struct{})}
+	s, err := lanes.NewSession(context.Background(), g, lanes.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.failNext.Store(true)
+	if _, err := s.Enqueue(context.Background(), req); err == nil {
+		t.Fatal("Enqueue with an unreadable reply succeeded")
+	}
+	return m, g, s
+}
+
 // An Enqueue that failed after its step may have run settles its ids in
 // the background (a release and a tombstone). The same ids enqueued again
 // before that settle has run are not sent until it has: they are refused
@@ -184,17 +202,8 @@ func (g *settleGate) Settle(ctx context.Context, owner string, lifetime time.Dur
 func TestEnqueueAfterFailedEnqueueWaitsForItsSettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := lanes.NewMemory()
-		g := &settleGate{Memory: m, gate: make(chan struct{})}
-		s, err := lanes.NewSession(ctx, g, lanes.WithTTL(10*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		req := lanes.Request{ID: "job-1", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}
-		g.failNext.Store(true)
-		if _, err := s.Enqueue(ctx, req); err == nil {
-			t.Fatal("Enqueue with an unreadable reply succeeded")
-		}
+		m, g, s := settling(t, req)
 		var again []*lanes.Ticket
 		var againErr error
 		done := make(chan struct{})
