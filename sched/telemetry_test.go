@@ -55,7 +55,15 @@ func TestSpansAndMetricsOfOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	read := func(context.Context, sched.Invocation) (string, error) {
+	read := func(ctx context.Context, inv sched.Invocation) (string, error) {
+		// a holds k until b waits for it in the backend, so that b's grant
+		// is a hand-off whatever the machine's load (b's step reaching
+		// Redis after a's release was granted at once: no hand-off)
+		for end := time.Now().Add(5 * time.Second); inv.CallID == "a" && time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if snap, err := b.Inspect(ctx, nil); err == nil && slices.ContainsFunc(snap.Keys, func(k lanes.KeyState) bool { return len(k.Waiters) > 0 }) {
+				break
+			}
+		}
 		time.Sleep(time.Millisecond)
 		return "ok", nil
 	}
