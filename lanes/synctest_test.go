@@ -214,24 +214,7 @@ func TestEnqueueAfterFailedEnqueueWaitsForItsSettle(t *testing.T) {
 		synctest.Wait() // the second Enqueue has sent its step, or waits for the settle
 		close(g.gate)
 		<-done
-		if againErr != nil {
-			t.Fatalf("the second Enqueue = %v; want its ticket to carry the refusal", againErr)
-		}
-		if l, err := again[0].Wait(ctx); !errors.Is(err, lanes.ErrIDRetired) {
-			t.Fatalf("the id enqueued again during its settle: Wait = %v, %v; want ErrIDRetired", l, err)
-		}
-		snap, err := m.Inspect(ctx, []string{"k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ks := range snap.Keys {
-			if len(ks.Holders)+len(ks.Waiters) != 0 {
-				t.Fatalf("k = %+v; want nothing left", ks)
-			}
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		wantRetired(t, m, s, again, againErr, "during its settle")
 	})
 }
 
@@ -297,23 +280,33 @@ func TestEnqueueDuringLateReplyWaitsForItsSettle(t *testing.T) {
 		synctest.Wait() // the settle waits at the gate
 		close(g.gate)
 		<-done
-		if againErr != nil {
-			t.Fatalf("the second Enqueue = %v; want its ticket to carry the refusal", againErr)
-		}
-		if l, err := again[0].Wait(ctx); !errors.Is(err, lanes.ErrIDRetired) {
-			t.Fatalf("the id enqueued again before the late reply: Wait = %v, %v; want ErrIDRetired", l, err)
-		}
-		snap, err := m.Inspect(ctx, []string{"k"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ks := range snap.Keys {
-			if len(ks.Holders)+len(ks.Waiters) != 0 {
-				t.Fatalf("k = %+v; want nothing left", ks)
-			}
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		wantRetired(t, m, s, again, againErr, "before the late reply")
 	})
+}
+
+// wantRetired checks the end of a test where an id was enqueued again
+// (again, againErr) while its earlier step's settle was due: the Enqueue
+// returned its ticket, whose Wait reports ErrIDRetired; nothing is left on
+// k in m; s closes cleanly. when says when the id was enqueued again.
+func wantRetired(t *testing.T, m *lanes.Memory, s *lanes.Session, again []*lanes.Ticket, againErr error, when string) {
+	t.Helper()
+	ctx := context.Background()
+	if againErr != nil {
+		t.Fatalf("the second Enqueue = %v; want its ticket to carry the refusal", againErr)
+	}
+	if l, err := again[0].Wait(ctx); !errors.Is(err, lanes.ErrIDRetired) {
+		t.Fatalf("the id enqueued again %s: Wait = %v, %v; want ErrIDRetired", when, l, err)
+	}
+	snap, err := m.Inspect(ctx, []string{"k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ks := range snap.Keys {
+		if len(ks.Holders)+len(ks.Waiters) != 0 {
+			t.Fatalf("k = %+v; want nothing left", ks)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 }

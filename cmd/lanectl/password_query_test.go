@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,22 +15,11 @@ func TestSecretsInQueryAndPortNeverPrinted(t *testing.T) {
 		{"redis://127.0.0.1:1/?addr=127.0.0.1:s3cr3t", "s3cr3t"},                  // Cluster seed addr=host:pw, like redis://:pw
 		{"redis://127.0.0.1:1/?master_name=m&sentinel_password=s3cr3t", "s3cr3t"}, // a password option go-redis lacks, quoted back
 	} {
-		file := filepath.Join(t.TempDir(), "url")
-		writeFile(t, file, tt.url+"\n", 0o600)
-		for _, how := range []struct {
-			name string
-			env  map[string]string
-			args []string
-		}{
-			{"--redis", nil, []string{"--redis", tt.url, "keys"}},
-			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": tt.url}, []string{"keys"}},
-			{"--redis-url-file", nil, []string{"--redis-url-file", file, "keys"}},
-		} {
-			_, stdout, stderr := runWithEnv(t, how.env, how.args...)
+		eachURLSource(t, tt.url, "keys", func(how, stdout, stderr string) {
 			if strings.Contains(stderr+stdout, tt.secret) {
-				t.Errorf("%s %q: output %q shows %q", how.name, tt.url, stderr+stdout, tt.secret)
+				t.Errorf("%s %q: output %q shows %q", how, tt.url, stderr+stdout, tt.secret)
 			}
-		}
+		})
 	}
 }
 

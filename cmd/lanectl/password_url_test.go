@@ -19,22 +19,32 @@ func TestPasswordWhereTheURLGoesNeverPrinted(t *testing.T) {
 		{"redis://:hunter2", "hunter2"},              // url's "invalid port" error
 		{"redis://h:1/?Password=hunter2", "hunter2"}, // a password parameter in another case
 	} {
-		file := filepath.Join(t.TempDir(), "url")
-		writeFile(t, file, tt.url+"\n", 0o600)
-		for _, how := range []struct {
-			name string
-			env  map[string]string
-			args []string
-		}{
-			{"--redis", nil, []string{"--redis", tt.url, "keys"}},
-			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": tt.url}, []string{"keys"}},
-			{"--redis-url-file", nil, []string{"--redis-url-file", file, "keys"}},
-		} {
-			_, _, stderr := runWithEnv(t, how.env, how.args...)
+		eachURLSource(t, tt.url, "keys", func(how, _, stderr string) {
 			assertOneLine(t, stderr)
 			if strings.Contains(stderr, tt.secret) {
-				t.Errorf("%s %q: stderr %q shows %q", how.name, tt.url, stderr, tt.secret)
+				t.Errorf("%s %q: stderr %q shows %q", how, tt.url, stderr, tt.secret)
 			}
-		}
+		})
+	}
+}
+
+// eachURLSource runs lanectl cmd with url given each way a Redis URL
+// comes (--redis, LANES_REDIS_URL, --redis-url-file) and calls check with
+// the way's name and the output.
+func eachURLSource(t *testing.T, url, cmd string, check func(how, stdout, stderr string)) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "url")
+	writeFile(t, file, url+"\n", 0o600)
+	for _, how := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"--redis", nil, []string{"--redis", url, cmd}},
+		{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": url}, []string{cmd}},
+		{"--redis-url-file", nil, []string{"--redis-url-file", file, cmd}},
+	} {
+		_, stdout, stderr := runWithEnv(t, how.env, how.args...)
+		check(how.name, stdout, stderr)
 	}
 }

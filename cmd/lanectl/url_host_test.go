@@ -2,7 +2,6 @@ package main
 
 import (
 	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,22 +18,11 @@ func TestPasswordAsHostNeverPrinted(t *testing.T) {
 		"redis://default:s3cr3t:6379/0",
 		"redis://default:s3cr3t:6379/?addr=127.0.0.1:1",
 	} {
-		file := filepath.Join(t.TempDir(), "url")
-		writeFile(t, file, u+"\n", 0o600)
-		for _, how := range []struct {
-			name string
-			env  map[string]string
-			args []string
-		}{
-			{"--redis", nil, []string{"--redis", u, "status"}},
-			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": u}, []string{"keys"}},
-			{"--redis-url-file", nil, []string{"--redis-url-file", file, "status"}},
-		} {
-			_, stdout, stderr := runWithEnv(t, how.env, how.args...)
+		eachURLSource(t, u, "status", func(how, stdout, stderr string) {
 			if strings.Contains(stdout+stderr, "s3cr3t") {
-				t.Errorf("%s %q: output %q shows the password", how.name, u, stdout+stderr)
+				t.Errorf("%s %q: output %q shows the password", how, u, stdout+stderr)
 			}
-		}
+		})
 	}
 }
 

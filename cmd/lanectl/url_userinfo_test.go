@@ -1,7 +1,6 @@
 package main
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -27,22 +26,11 @@ func TestBrokenUserPartsNeverPrinted(t *testing.T) {
 		// addr= with an encoded ':': checkPort calls it no port, yet it is shown.
 		{"redis://127.0.0.1:1/?addr=127.0.0.1%3As3cr3t", "s3cr3t"},
 	} {
-		file := filepath.Join(t.TempDir(), "url")
-		writeFile(t, file, tt.url+"\n", 0o600)
-		for _, how := range []struct {
-			name string
-			env  map[string]string
-			args []string
-		}{
-			{"--redis", nil, []string{"--redis", tt.url, "status"}},
-			{"LANES_REDIS_URL", map[string]string{"LANES_REDIS_URL": tt.url}, []string{"keys"}},
-			{"--redis-url-file", nil, []string{"--redis-url-file", file, "status"}},
-		} {
-			_, stdout, stderr := runWithEnv(t, how.env, how.args...)
+		eachURLSource(t, tt.url, "status", func(how, stdout, stderr string) {
 			if strings.Contains(stderr+stdout, tt.secret) {
-				t.Errorf("%s %q: output %q shows %q", how.name, tt.url, stderr+stdout, tt.secret)
+				t.Errorf("%s %q: output %q shows %q", how, tt.url, stderr+stdout, tt.secret)
 			}
-		}
+		})
 	}
 }
 
