@@ -35,6 +35,9 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 	}
 	probe := *t.single
 	probe.DB = 0 // a cluster node refuses SELECT: ask before choosing a database
+	// One attempt: go-redis retries a failed dial three times with
+	// backoff, which made a refused connection take about 2 s to report.
+	probe.MaxRetries = -1
 	c := redis.NewClient(&probe)
 	info, err := c.Info(pctx, "cluster").Result()
 	var reply redis.Error

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -310,5 +311,51 @@ func TestLockFileSharesBatchLane(t *testing.T) {
 		if code, _, stderr := runInProcess(t, args...); code != exitUsage {
 			t.Errorf("lanectl %q = %d (%q); want %d", args, code, stderr, exitUsage)
 		}
+	}
+}
+
+// TestUnreachableTriedOnce checks that the first contact with a server
+// that drops every connection is one attempt, reported at once, not four
+// (go-redis's default retries). The listener counts the attempts; no
+// Redis is involved.
+func TestUnreachableTriedOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	conns := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(conns)
+				return
+			}
+			c.Close()
+			conns <- c
+		}
+	}()
+	code, _, stderr := runBin(t, "--redis", "redis://"+l.Addr().String(), "status")
+	if code != exitUnavailable {
+		t.Errorf("status against a server that drops connections = %d; want %d (stderr %q)", code, exitUnavailable, stderr)
+	}
+	assertOneLine(t, stderr)
+	// A last connection of the test's own: the listener accepts in arrival
+	// order, so once it is accepted every attempt of lanectl's was.
+	own, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	n := 0
+	for c := range conns {
+		if c.RemoteAddr().String() == own.LocalAddr().String() {
+			break
+		}
+		n++
+	}
+	if n != 1 {
+		t.Errorf("connections lanectl made = %d; want 1", n)
 	}
 }
