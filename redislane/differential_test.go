@@ -497,6 +497,15 @@ type dtarget struct {
 	advanced bool
 	tombs    map[string]time.Time
 	now      func() time.Time
+	// stepAt is the clock before the current step; lineage the lineage of
+	// each id's last accepted request; deadline each entry's deadline as
+	// far as this test can tell (a renewal's time plus its TTL: never
+	// after the backend's); borrows the keys each entry was seen to hold by
+	// re-entry (invariant 10), kept while its lease runs
+	stepAt   time.Time
+	lineage  map[string][]string
+	deadline map[string]time.Time
+	borrows  map[string]map[string]bool
 }
 
 func newTarget(name string, b lanes.Backend, timed bool) *dtarget {
@@ -505,6 +514,7 @@ func newTarget(name string, b lanes.Backend, timed bool) *dtarget {
 		hints: map[string][]lanes.Hint{}, marks: map[string]int{}, markCh: make(chan struct{}, 1),
 		seqRank: map[uint64]int{}, tokRank: map[string]map[uint64]int{}, tokMax: map[string]uint64{},
 		order: map[string]float64{}, live: map[string]bool{}, tombs: map[string]time.Time{}, now: time.Now,
+		lineage: map[string][]string{}, deadline: map[string]time.Time{}, borrows: map[string]map[string]bool{},
 	}
 }
 
@@ -709,6 +719,7 @@ type rawStep struct {
 // run runs op on t and observes it; final marks the closing step.
 func (t *dtarget) run(ctx context.Context, op dop) (obs, error) {
 	var raw rawStep
+	t.stepAt = t.now()
 	owner := lanes.Owner{ID: op.who, Host: "host-" + op.who, PID: ownerPID(op.who)}
 	switch op.kind {
 	case "enq":
@@ -1166,9 +1177,98 @@ func (t *dtarget) check(op dop, raw *rawStep) []string {
 			}
 		}
 	}
+	viol = append(viol, t.checkBorrows(op, raw, holders)...)
 	viol = append(viol, t.model(op, raw)...)
 	t.live = live
 	t.prev, t.advanced = snap, false
+	return viol
+}
+
+// checkBorrows checks that a key an entry holds by re-entry stays held by
+// an entry of its lineage while the borrower's lease runs: it is released
+// by neither its owner nor an operator and its deadline has not passed
+// (PROTOCOL.md, "Re-entry and borrowers": a lender whose hold ends keeps
+// its slots until its last holding borrower goes). An operator's release
+// of a lender ends the check of its borrowers: the contract lets it free
+// the keys. holders lists each key's holders in the snapshot right after
+// the step. A borrower appears in no snapshot; what it borrowed is seen in
+// the step's held statuses and grant hints.
+func (t *dtarget) checkBorrows(op dop, raw *rawStep, holders map[string][]string) []string {
+	var viol []string
+	if op.kind == "rel" || op.kind == "settle" {
+		for _, id := range op.ids {
+			delete(t.borrows, id)
+			delete(t.deadline, id)
+			if op.who != "" {
+				continue
+			}
+			for b := range t.borrows {
+				if slices.Contains(t.lineage[b], id) {
+					delete(t.borrows, b)
+				}
+			}
+		}
+	}
+	// an entry whose deadline may have passed before the step may be gone,
+	// and its id taken by a new request of this step
+	for b, dl := range t.deadline {
+		if !t.stepAt.Add(time.Millisecond).Before(dl) {
+			delete(t.deadline, b)
+			delete(t.borrows, b)
+		}
+	}
+	if raw.err == nil && (op.kind == "enq" || op.kind == "hb") {
+		for _, s := range raw.statuses {
+			if s.Err != nil || s.State == lanes.Gone {
+				continue
+			}
+			t.deadline[s.ID] = t.stepAt.Add(op.d)
+			for _, r := range op.reqs {
+				if r.id == s.ID {
+					t.lineage[s.ID] = slices.Clone(r.lineage)
+				}
+			}
+		}
+	}
+	borrowing := func(id string, tokens map[string]uint64) {
+		for k := range tokens {
+			if slices.Contains(holders[k], id) {
+				continue
+			}
+			if t.borrows[id] == nil {
+				t.borrows[id] = map[string]bool{}
+			}
+			t.borrows[id][k] = true
+		}
+	}
+	for _, s := range raw.statuses {
+		if s.Err == nil && s.State == lanes.Held {
+			borrowing(s.ID, s.Tokens)
+		}
+	}
+	for _, hm := range []map[string][]lanes.Hint{raw.hints, raw.after} {
+		for _, hs := range hm {
+			for _, h := range hs {
+				if h.Tokens != nil {
+					borrowing(h.ID, h.Tokens)
+				}
+			}
+		}
+	}
+	// the snapshot came after the step: now bounds its time from above
+	now := t.now().Add(time.Millisecond)
+	for b, keys := range t.borrows {
+		if dl, ok := t.deadline[b]; !ok || !now.Before(dl) {
+			delete(t.borrows, b)
+			continue
+		}
+		for k := range keys {
+			if !slices.ContainsFunc(holders[k], func(h string) bool { return slices.Contains(t.lineage[b], h) }) {
+				viol = append(viol, fmt.Sprintf("borrow: %s holds %s by re-entry and its lease runs until %s, but no entry of its lineage %v holds %s (holders %v)",
+					b, k, t.timeS(t.deadline[b]), t.lineage[b], k, holders[k]))
+			}
+		}
+	}
 	return viol
 }
 
