@@ -1189,24 +1189,31 @@ func (t *dtarget) check(op dop, raw *rawStep) []string {
 // by neither its owner nor an operator and its deadline has not passed
 // (PROTOCOL.md, "Re-entry and borrowers": a lender whose hold ends keeps
 // its slots until its last holding borrower goes). An operator's release
-// of a lender ends the check of its borrowers: the contract lets it free
-// the keys. holders lists each key's holders in the snapshot right after
+// of a lender ends the check of the entries nested in it: the contract
+// lets it free the keys. holders lists each key's holders in the snapshot right after
 // the step. A borrower appears in no snapshot; what it borrowed is seen in
 // the step's held statuses and grant hints.
 func (t *dtarget) checkBorrows(op dop, raw *rawStep, holders map[string][]string) []string {
 	var viol []string
 	if op.kind == "rel" || op.kind == "settle" {
+		gone := map[string]bool{}
 		for _, id := range op.ids {
-			delete(t.borrows, id)
+			gone[id] = true
 			delete(t.deadline, id)
-			if op.who != "" {
-				continue
-			}
-			for b := range t.borrows {
-				if slices.Contains(t.lineage[b], id) {
-					delete(t.borrows, b)
+		}
+		// an operator's release takes the entries nested in a released
+		// one with it, however deep (their lineages may name only their
+		// nearest ancestors)
+		for grew := op.who == ""; grew; {
+			grew = false
+			for x, l := range t.lineage {
+				if !gone[x] && slices.ContainsFunc(l, func(a string) bool { return gone[a] }) {
+					gone[x], grew = true, true
 				}
 			}
+		}
+		for id := range gone {
+			delete(t.borrows, id)
 		}
 	}
 	// an entry whose deadline may have passed before the step may be gone,
