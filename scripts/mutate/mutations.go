@@ -276,6 +276,23 @@ finish()`},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},
 	{
+		Name: "core/kept-lender-deadline",
+		What: "a lender kept for its borrowers keeps only the deadline it had, not its borrowers' later ones: a chain's keys pass while its last borrower's lease runs (invariant 10)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local function extend_lenders(e, dl)
+`, New: `local function extend_lenders(e, dl)
+  do return end
+`},
+			{File: "lanes/memory.go", Old: `func (m *Memory) extendLenders(e *memEntry) {
+`, New: `func (m *Memory) extendLenders(e *memEntry) {
+	if e != nil {
+		return
+	}
+`},
+		},
+		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance|TestDifferential",
+	},
+	{
 		Name: "core/id-binding",
 		What: "an existing id answers for a request with other lanes (invariant 8)",
 		Edits: []Edit{
