@@ -37,6 +37,7 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 	probe.DB = 0 // a cluster node refuses SELECT: ask before choosing a database
 	// One attempt: go-redis retries a failed dial three times with
 	// backoff, which made a refused connection take about 2 s to report.
+	// The probe serves the first contact only.
 	probe.MaxRetries = -1
 	c := redis.NewClient(&probe)
 	info, err := c.Info(pctx, "cluster").Result()
@@ -75,7 +76,10 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 		c.Close()
 		return g.check(ctx, pctx, redis.NewClient(t.single))
 	}
-	return c, nil
+	// The probe answered; the client kept has go-redis's retries, so that
+	// a connection dropped later is dialed again (the probe has none).
+	c.Close()
+	return redis.NewClient(t.single), nil
 }
 
 // check PINGs c within pctx, a bound of ctx, and returns it, or closes it

@@ -41,6 +41,10 @@ func redactURL(raw string) string {
 	}
 	if i, j, ok := passwordSpan(raw); ok {
 		raw = raw[:i] + redacted + raw[j:]
+	} else if i, j, ok := authority(raw); ok && badHost(raw[i:j]) {
+		// "user:pw:port" that lost its "@host", with a password url.Parse
+		// refuses in a host ("%", "^", a space)
+		raw = raw[:i] + redacted + raw[j:]
 	} else if i, j, ok := portSpan(raw); ok {
 		// no "@": a password may stand where the port goes (redis://:pw)
 		raw = raw[:i] + redacted + raw[j:]
@@ -68,12 +72,15 @@ func safeURL(u *url.URL, raw string) string {
 	var b strings.Builder
 	b.WriteString(u.Scheme + "://")
 	if u.User != nil {
-		if n := u.User.Username(); safeUser(n) {
+		// A user part without ":" is where redis-cli and others read the
+		// password (redis://PASSWORD@host): it is shown only with one.
+		_, pw := u.User.Password()
+		if n := u.User.Username(); pw && safeUser(n) {
 			b.WriteString(n)
 		} else {
 			b.WriteString(redacted)
 		}
-		if _, ok := u.User.Password(); ok {
+		if pw {
 			b.WriteString(":" + redacted)
 		}
 		b.WriteString("@")
@@ -117,6 +124,21 @@ func safeUser(n string) bool {
 		}
 	}
 	return true
+}
+
+// authority finds the part of raw between "scheme://" and the first "/",
+// "?" or "#" after it.
+func authority(raw string) (i, j int, ok bool) {
+	k := strings.Index(raw, "://")
+	if k < 0 {
+		return 0, 0, false
+	}
+	i = k + 3
+	j = len(raw)
+	if e := strings.IndexAny(raw[i:], "/?#"); e >= 0 {
+		j = i + e
+	}
+	return i, j, true
 }
 
 // portSpan finds, in a URL without a user part, a "port" that is no port
@@ -237,15 +259,31 @@ func redactSecret(msg, rawURL string) string {
 			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
 		}
 		for _, p := range strings.FieldsFunc(u.RawQuery, func(r rune) bool { return r == '&' || r == ';' }) {
-			if k, v, ok := strings.Cut(p, "="); ok && secretKey(k) {
+			k, v, ok := strings.Cut(p, "=")
+			switch {
+			case ok && secretKey(k):
 				secrets = append(secrets, v, queryKey(v))
+			case ok && strings.EqualFold(queryKey(k), "addr") && !hostPort(queryKey(v)):
+				// a seed with a user part (PASSWORD@host:port): dial errors
+				// quote its host, and a part of it may be printed alone
+				a := queryKey(v)
+				secrets = append(secrets, v, a)
+				if h, _, err := net.SplitHostPort(a); err == nil {
+					secrets = append(secrets, h)
+				}
+				if i := strings.LastIndexAny(a, "@/"); i > 0 {
+					secrets = append(secrets, a[:i])
+				}
 			}
 		}
 		if badHost(u.Host) {
 			// "user:pw:port" with no "@": dial errors quote the "host"
 			secrets = append(secrets, u.Host, u.Hostname())
 		}
-		if n := u.User.Username(); n != "" && !safeUser(n) {
+		if _, pw := u.User.Password(); u.User != nil && !pw {
+			n := u.User.Username() // a password, maybe (redis://PASSWORD@host)
+			secrets = append(secrets, n, url.PathEscape(n), url.QueryEscape(n))
+		} else if n := u.User.Username(); n != "" && !safeUser(n) {
 			secrets = append(secrets, n, url.PathEscape(n), url.QueryEscape(n))
 		}
 	} else if i, j, ok := passwordSpan(rawURL); ok {

@@ -12,7 +12,7 @@ func TestRedactURL(t *testing.T) {
 		{"redis://user:secret@host:6379/0", "redis://user:xxxxx@host:6379/0"},
 		{"redis://:secret@host", "redis://:xxxxx@host"},
 		{"rediss://default:s%40cret@host:6380", "rediss://default:xxxxx@host:6380"},
-		{"redis://user@host", "redis://user@host"},
+		{"redis://user@host", "redis://xxxxx@host"},     // redis-cli reads a user part without ":" as the password
 		{"redis://:x:y@[", "redis://:xxxxx@["},          // does not parse
 		{"redis://u:p@ss@[::1", "redis://u:xxxxx@[::1"}, // does not parse; '@' in the password
 		{"redis://[", "redis://["},
