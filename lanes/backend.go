@@ -157,6 +157,7 @@ type Status struct {
 type Released struct {
 	Was     []State  // per id, in order: Held, Waiting, or Gone (nothing removed)
 	Forced  []bool   // per id: Gone because an operator released it by force (owner releases only)
+	Revoked []bool   // per id: Gone because it had ended revoked, its lender's hold ended first: the lease was lost (owner releases only; DESIGN.md invariant 10)
 	Granted []string // entries that the step granted as a result, in grant order
 	// Epoch names the lifetime of the backend's state that the step saw (see
 	// Status.Epoch); "" when there is no state. An id answered Gone under

@@ -283,7 +283,7 @@ func (s *Session) release(ctx context.Context, id string, step func(context.Cont
 	if len(rel.Was) != 1 {
 		return releasedOne{was: Gone}, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(rel.Was))
 	}
-	return releasedOne{was: rel.Was[0], forced: len(rel.Forced) == 1 && rel.Forced[0], epoch: rel.Epoch}, nil
+	return releasedAt(rel, 0, 1), nil
 }
 
 // hint is the Backend's hint about some entries. A grant of a waiting entry

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -34,6 +35,9 @@ func (t *Ticket) Ready() <-chan struct{} { return t.e.ready }
 // entry is lost. ctx bounds the wait only, never the lease.
 //
 // On success it returns the Lease; calling Wait again returns the same one.
+// A grant whose lease ended before Wait first returned it (the Session was
+// closed, or the Ticket cancelled) is not handed out: Wait returns
+// ErrClosed, or an error wrapping ErrCanceled.
 // When ctx ends first, the entry leaves every queue before Wait returns, and
 // a grant that raced the cancellation is given back (DESIGN.md invariant 7);
 // the error wraps ErrCanceled or ErrWaitTimeout, ctx's error, and when the
@@ -60,14 +64,25 @@ func (t *Ticket) Wait(ctx context.Context) (*Lease, error) {
 // result is what Wait returns once the entry is ready: a lease is checked
 // against its local deadline first, so a process stopped past it does not
 // take a grant that may have ended meanwhile.
+//
+// A lease that ended before Wait first returned it (its Session closed, or
+// the Ticket was cancelled) is not handed out: Wait fails with ErrClosed
+// or ErrCanceled, as it does for an entry that ended while waiting. Once
+// handed out, later calls return the same Lease, unless it was lost.
 func (t *Ticket) result() (*Lease, error) {
-	if t.e.lease == nil {
+	l := t.e.lease
+	if l == nil {
 		return nil, t.e.err
 	}
-	if err := t.e.lease.Err(); err != nil && errors.Is(err, ErrLeaseLost) {
+	err := l.Err()
+	switch {
+	case err == nil || l.handed.Load() && !errors.Is(err, ErrLeaseLost):
+		l.handed.Store(true)
+		return l, nil
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrClosed):
 		return nil, err
 	}
-	return t.e.lease, nil
+	return nil, fmt.Errorf("%w: %w", ErrCanceled, err) // released by Cancel
 }
 
 // Cancel takes the entry out of every queue, or gives back its grant if it
@@ -117,6 +132,8 @@ type Lease struct {
 	lost   chan struct{}
 	span   trace.Span // its hold; nil for a lease that took no lane
 	since  time.Time
+
+	handed atomic.Bool // Wait returned it (Ticket.result)
 
 	mu     sync.Mutex
 	err    error // why it ended; nil while held
@@ -241,7 +258,9 @@ func (l *Lease) Err() error {
 // It returns nil when the lease was held until the release: the backend
 // removed it, or no longer had it while its local deadline had not passed
 // (an earlier try of this release, whose reply was lost, removed it). It
-// returns an error wrapping ErrLeaseLost if the lease had been lost;
+// returns an error wrapping ErrLeaseLost if the lease had been lost (it
+// expired, the backend's state was reset, or, for a borrower, it was
+// revoked when the lease it borrowed from ended);
 // ErrNotHolder if an operator had released it by force; ErrUnavailable if
 // the backend could not be reached within the release timeout (the lease
 // then expires within its TTL). Later calls return the first result.
@@ -294,6 +313,8 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		return err
 	case r.forced:
 		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", e.id)
+	case r.revoked:
+		return entryError(ErrLeaseLost, "entry %s was revoked before the release: the lease it borrowed a key from had ended (DESIGN.md invariant 10)", e.id)
 	case r.was == Gone && !time.Now().Before(deadline):
 		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", e.id)
 	case r.was == Gone && epoch != "" && r.epoch != epoch:

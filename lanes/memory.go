@@ -401,22 +401,27 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 	}
 	m.mu.Lock()
 	st := m.begin()
-	rel := Released{Was: make([]State, len(ids)), Forced: make([]bool, len(ids)), Epoch: m.epoch}
+	rel := Released{Was: make([]State, len(ids)), Forced: make([]bool, len(ids)), Revoked: make([]bool, len(ids)), Epoch: m.epoch}
 	touched := map[string]bool{}
+	// gone tells an owner what its ended entry e was: forced, when an
+	// operator released it since; else revoked, when it was
+	gone := func(i int, e *memEntry) {
+		rel.Was[i] = Gone
+		rel.Forced[i] = m.forcedAt(e.ID, st.now)
+		rel.Revoked[i] = !rel.Forced[i] && e.revoked
+	}
 	for i, id := range ids {
 		e := m.entries[id]
 		switch {
 		case e != nil && by != "" && e.kept && e.Owner.ID == by:
 			// Ended already, kept for its revoked borrowers: gone to its
 			// owner (released by force, when an operator did), left as is.
-			rel.Was[i] = Gone
-			rel.Forced[i] = m.forcedAt(id, st.now)
+			gone(i, e)
 		case e != nil && (by == "" || e.Owner.ID == by):
 			rel.Was[i] = Waiting
 			switch {
 			case by != "" && e.ended(): // gone to its owner; held to an operator
-				rel.Was[i] = Gone
-				rel.Forced[i] = m.forcedAt(id, st.now)
+				gone(i, e)
 			case e.held:
 				rel.Was[i] = Held
 			}

@@ -328,9 +328,16 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 
 // releasedOne is what a Release step says of one id.
 type releasedOne struct {
-	was    State
-	forced bool
-	epoch  string // the backend state's epoch the step saw
+	was     State
+	forced  bool
+	revoked bool   // it had ended revoked (Released.Revoked)
+	epoch   string // the backend state's epoch the step saw
+}
+
+// releasedAt is what r says of its i-th of n ids.
+func releasedAt(r Released, i, n int) releasedOne {
+	return releasedOne{was: r.Was[i], forced: len(r.Forced) == n && r.Forced[i],
+		revoked: len(r.Revoked) == n && r.Revoked[i], epoch: r.Epoch}
 }
 
 // errStepShape is a step answered with the wrong number of results.
@@ -357,7 +364,7 @@ func (s *Session) batchers() {
 			}
 			out := make([]releasedOne, len(ids))
 			for i := range ids {
-				out[i] = releasedOne{was: r.Was[i], forced: len(r.Forced) == len(ids) && r.Forced[i], epoch: r.Epoch}
+				out[i] = releasedAt(r, i, len(ids))
 			}
 			return out, nil
 		},

@@ -983,17 +983,20 @@ func (t *dtarget) observe(op dop, raw *rawStep) obs {
 	if raw.rel != nil && raw.err == nil {
 		for i, id := range op.ids {
 			var was lanes.State
-			var forced bool
+			var forced, revoked bool
 			if i < len(raw.rel.Was) {
 				was = raw.rel.Was[i]
 			}
 			if i < len(raw.rel.Forced) {
 				forced = raw.rel.Forced[i]
 			}
-			o.lines = append(o.lines, fmt.Sprintf("%s %s was=%s forced=%v", secResult, id, was, forced))
+			if i < len(raw.rel.Revoked) {
+				revoked = raw.rel.Revoked[i]
+			}
+			o.lines = append(o.lines, fmt.Sprintf("%s %s was=%s forced=%v revoked=%v", secResult, id, was, forced, revoked))
 		}
-		if len(raw.rel.Was) != len(op.ids) || len(raw.rel.Forced) != len(op.ids) {
-			o.lines = append(o.lines, fmt.Sprintf("%s %d ids, %d Was, %d Forced", secResult, len(op.ids), len(raw.rel.Was), len(raw.rel.Forced)))
+		if len(raw.rel.Was) != len(op.ids) || len(raw.rel.Forced) != len(op.ids) || len(raw.rel.Revoked) != len(op.ids) {
+			o.lines = append(o.lines, fmt.Sprintf("%s %d ids, %d Was, %d Forced, %d Revoked", secResult, len(op.ids), len(raw.rel.Was), len(raw.rel.Forced), len(raw.rel.Revoked)))
 		}
 		o.lines = append(o.lines, fmt.Sprintf("%s granted=%v", secResult, raw.rel.Granted))
 	}

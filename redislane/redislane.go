@@ -322,7 +322,7 @@ func (b *Backend) Settle(ctx context.Context, owner string, lifetime time.Durati
 // step): that entry is reported Held, its owner may get a grant hint
 // before the removal, and it is left out of Granted, which lists the
 // entries granted and still there. When a run after the first fails, it
-// returns what the runs before it released (Was and Forced for their ids
+// returns what the runs before it released (Was, Forced and Revoked for their ids
 // only, fewer than ids; Granted theirs) and a *PartialError. Epoch is the
 // last run's: when the state was reset between two runs, the latest.
 func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, ids []string) (lanes.Released, error) {
@@ -357,6 +357,7 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 		}
 		out.Was = append(out.Was, r.Was...)
 		out.Forced = append(out.Forced, r.Forced...)
+		out.Revoked = append(out.Revoked, r.Revoked...)
 		out.Granted = append(out.Granted, r.Granted...)
 		out.Epoch = r.Epoch
 	}

@@ -143,10 +143,14 @@ func parseReleased(v any, n int) (lanes.Released, error) {
 	if !ok {
 		return lanes.Released{}, malformed("release", v)
 	}
-	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n), Epoch: epoch}
+	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n), Revoked: make([]bool, n), Epoch: epoch}
 	for i, s := range was {
-		if s == "f" {
+		switch s {
+		case "f":
 			r.Forced[i] = true
+			continue
+		case "l":
+			r.Revoked[i] = true
 			continue
 		}
 		st, ok := parseState(s)

@@ -88,6 +88,8 @@ func Run(t *testing.T, h Harness) {
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},
 		{"ForcedReleaseIsTold", testForcedReleaseIsTold},
+		{"RevokedBorrowerReleaseIsLost", testRevokedBorrowerReleaseIsLost},
+		{"WaitAfterCloseFails", testWaitAfterCloseFails},
 		{"LostReleaseReplyIsSuccess", testLostReleaseReplyIsSuccess},
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},

@@ -147,8 +147,16 @@ func testBorrowerEndsWithLender(t *testing.T, inst Instance) {
 		t.Fatalf("heartbeat of the revoked borrower = %+v, %v; want Gone", st, err)
 	}
 	rel, err := inst.Backend.Release(ctx, o.ID, []string{"C2"})
-	if err != nil || !equal(rel.Granted, []string{"W3"}) {
-		t.Fatalf("release of the revoked borrower = %+v, %v; want W3 granted", rel, err)
+	if err != nil || !equal(rel.Granted, []string{"W3"}) || rel.Was[0] != lanes.Gone || !rel.Revoked[0] || rel.Forced[0] {
+		t.Fatalf("release of the revoked borrower = %+v, %v; want gone, revoked (its lease was lost), W3 granted", rel, err)
+	}
+	// A later try of that release, and one of the lender's, find nothing
+	// revoked: the first removed the borrower, the lender ended by its
+	// own release.
+	for _, who := range []struct{ owner, id string }{{o.ID, "C2"}, {s.Owner().ID, "A2"}} {
+		if rel, err := inst.Backend.Release(ctx, who.owner, []string{who.id}); err != nil || rel.Was[0] != lanes.Gone || rel.Revoked[0] {
+			t.Fatalf("release of %s again = %+v, %v; want gone, not revoked", who.id, rel, err)
+		}
 	}
 	b3 := wait(t, w3)
 	if b3.Token("K") <= a2.Token("K") {

@@ -948,10 +948,11 @@ end
 -- release_entry removes the entry id for by (its owner's id, or "" for an
 -- operator) and returns what it was to that caller: "h" or "w"; "g" when
 -- it is not there or has ended (gone to its owner; a lender kept for its
--- revoked borrowers stays); "f" when an operator released it since (a
--- tombstone "f\0id" lives). An operator's release leaves that tombstone
--- for tomb ms (0: none) and tells the owner. Every script that releases
--- goes through here.
+-- revoked borrowers stays); "l" when it has ended revoked (its lender's
+-- hold ended first: the lease was lost, DESIGN.md invariant 10); "f" when
+-- an operator released it since (a tombstone "f\0id" lives). An
+-- operator's release leaves that tombstone for tomb ms (0: none) and
+-- tells the owner. Every script that releases goes through here.
 local function release_entry(id, by, tomb, touched)
   local e
   if EPOCH then e = load(id) end
@@ -959,11 +960,11 @@ local function release_entry(id, by, tomb, touched)
     if by ~= '' and EPOCH and tombed(id, 'f') then return 'f' end
     return 'g'
   end
-  if by ~= '' and e.z then
-    return tombed(id, 'f') and 'f' or 'g'
-  end
+  -- what an ended entry was to its owner
+  local function gone() return tombed(id, 'f') and 'f' or e.v and 'l' or 'g' end
+  if by ~= '' and e.z then return gone() end
   local was = e.s
-  if by ~= '' and ended(e) then was = tombed(id, 'f') and 'f' or 'g' end
+  if by ~= '' and ended(e) then was = gone() end
   remove(e, touched)
   if e.o ~= by then told[#told + 1] = {e.o, e.id} end
   if by == '' and tomb > 0 then entomb(id, 'f', tomb) end

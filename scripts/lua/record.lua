@@ -12,7 +12,7 @@
 --       most 1 MiB), [6] retention (ms, 1 to 2592000000: 30 days),
 --       [7...] 0 to MAX_STEP_REQUESTS entry ids to release.
 -- Reply: {epoch ("" when the namespace has no state), {state per id: "h",
---        "w", "g" or "f"}, {ids granted}}, as release.lua.
+--        "w", "g", "l" or "f"}, {ids granted}}, as release.lua.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
 local err = begin(KEYS, ARGV, 8) -- the seven of lib.lua and the run's records

@@ -15,8 +15,9 @@
 -- tombstone "s\0id" for each id, present or not, and enqueue.lua refuses
 -- those ids meanwhile: a late copy of the step cannot bring them back.
 -- Reply: {epoch ("" when the namespace has no state), {state per id: "h",
---        "w", "g" (not there) or "f" (not there: released by force)},
---        {ids granted}}.
+--        "w", "g" (not there), "l" (ended revoked: its lender's hold ended
+--        before this release, so the lease was lost) or "f" (not there:
+--        released by force)}, {ids granted}}.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
 local err = begin(KEYS, ARGV)
