@@ -65,14 +65,16 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 			}
 		}
 	case Gone:
-		why := "expired, or released by force"
-		if e.epoch != "" && st.Epoch != e.epoch {
-			why = resetWords
-		}
-		if e.lease != nil {
-			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (%s)", e.id, why))
-		} else {
-			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (%s, or taken over by another owner)", e.id, why))
+		reset := e.epoch != "" && st.Epoch != e.epoch
+		switch {
+		case reset && e.lease != nil:
+			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (%s)", e.id, resetWords))
+		case e.lease != nil:
+			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (expired, or released by force)", e.id))
+		case reset:
+			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (%s)", e.id, resetWords))
+		default:
+			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (expired, released by force, or taken over by another owner)", e.id))
 		}
 	}
 }

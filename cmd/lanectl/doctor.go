@@ -95,7 +95,7 @@ func namespaceArg(g *globalOptions) cobra.PositionalArgs {
 			return nil
 		}
 		if cmd.Flags().Changed("namespace") && g.namespace != args[0] {
-			return usageErrorf("namespace %q given twice: --namespace %s and the argument %s", args[0], g.namespace, args[0])
+			return usageErrorf("two namespaces given: --namespace %s and the argument %s; give one", g.namespace, args[0])
 		}
 		return nil
 	}

@@ -84,7 +84,7 @@ func TestDoctorNamespaceArgument(t *testing.T) {
 			t.Errorf("%s %s = %d: %s%s; want it to read namespace %s", cmd, s.ns, code, out, stderr, s.ns)
 		}
 		code, _, stderr = runInProcess(t, "--redis", s.url, "--namespace", "other", cmd, s.ns)
-		if code != exitUsage || !strings.Contains(stderr, "given twice") {
+		if code != exitUsage || !strings.Contains(stderr, "two namespaces given") {
 			t.Errorf("%s with --namespace other and %s = %d, %q; want %d", cmd, s.ns, code, stderr, exitUsage)
 		}
 		assertOneLine(t, stderr)

@@ -118,7 +118,7 @@ func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error)
 		return nil, nil, err
 	}
 	if err := lanes.ValidateNamespace(g.namespace); err != nil {
-		return nil, nil, usageErrorf("bad --namespace: %s", describe(err))
+		return nil, nil, usageErrorf("%s", describe(err))
 	}
 	var opts []redislane.Option
 	if g.allowEviction || g.getenv("LANES_ALLOW_EVICTION") == "1" {

@@ -106,7 +106,7 @@ func (o *uiOptions) check() error {
 	}
 	for _, ns := range o.namespaces {
 		if err := lanes.ValidateNamespace(ns); err != nil {
-			return usageErrorf("bad --namespace: %s", describe(err))
+			return usageErrorf("%s", describe(err))
 		}
 	}
 	o.namespaces = dedupe(o.namespaces) // --namespace before and after "ui" are one list

@@ -31,7 +31,7 @@ func TestUIBadInputIsOneLine(t *testing.T) {
 		{[]string{"ui", "--interval", "1ms"}, "--interval 1ms is under 10ms"},
 		{[]string{"ui", "--history", "0s"}, "--history must be positive"},
 		{[]string{"ui", "--addr", "nonsense"}, `bad --addr "nonsense"`},
-		{[]string{"ui", "--namespace", "a b"}, "bad --namespace"},
+		{[]string{"ui", "--namespace", "a b"}, `namespace "a b" must be`},
 		{[]string{"ui", "extra"}, "takes no arguments"},
 	} {
 		code, stdout, stderr := runInProcess(t, c.args...)

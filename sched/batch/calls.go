@@ -147,10 +147,16 @@ func kindOf(v json.RawMessage) string {
 }
 
 // input returns Anthropic's input object as the call's arguments: missing
-// or null is {}.
+// or null is {}. An input written over several lines is compacted: the
+// response's indentation would reach the tool (a command's stdin, an MCP
+// call) and what lanectl prints; one on a single line is kept as written.
 func input(v json.RawMessage) json.RawMessage {
 	if v == nil || isNull(v) {
 		return json.RawMessage(`{}`)
+	}
+	var b bytes.Buffer
+	if bytes.ContainsAny(v, "\r\n") && json.Compact(&b, v) == nil {
+		return b.Bytes()
 	}
 	return v
 }

@@ -80,6 +80,7 @@ func TestReadCallsSmallForms(t *testing.T) {
 	}{
 		{"anthropic, input missing", `{"content": [{"type": "tool_use", "id": "t1", "name": "a"}]}`, batch.Anthropic, []call{{"t1", "a", "{}"}}},
 		{"anthropic, input not an object", `{"content": [{"type": "tool_use", "id": "t1", "name": "a", "input": [1, 2]}]}`, batch.Anthropic, []call{{"t1", "a", "[1, 2]"}}},
+		{"anthropic, input over lines", "{\"content\": [{\"type\": \"tool_use\", \"id\": \"t1\", \"name\": \"a\", \"input\": {\n  \"q\": \"a b\"\n}}]}", batch.Anthropic, []call{{"t1", "a", `{"q":"a b"}`}}},
 		{"anthropic, content empty", `{"content": []}`, batch.Anthropic, []call{}},
 		{"chat, no choices", `{"choices": []}`, batch.OpenAIChat, []call{}},
 		{"chat, tool_calls null", `{"choices": [{"message": {"content": "hi", "tool_calls": null}}]}`, batch.OpenAIChat, []call{}},
