@@ -164,6 +164,9 @@ func keyState(snap *lanes.Snapshot, key string) *lanes.KeyState {
 func holdText(snap *lanes.Snapshot, ks *lanes.KeyState, own lanes.Rate) string {
 	rate := rateText(snap, ks, own)
 	if len(ks.Holders) == 0 {
+		if snap.Frozen.After(snap.Time) {
+			return fmt.Sprintf("no holder, no grant for %s more: the namespace's state was lost and reset, and leases of the lost state may still run", humanDuration(snap.Frozen.Sub(snap.Time)))
+		}
 		if rate != "" {
 			return "no holder, held back by the " + rate
 		}

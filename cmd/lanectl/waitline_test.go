@@ -135,6 +135,14 @@ func TestWaitText(t *testing.T) {
 			t.Errorf("waitText(%q) =\n%q; want\n%q", tt.keys, got, tt.want)
 		}
 	}
+	// After a reset, a key with no holder waits out the freeze: the line
+	// says so, not "no holder yet" (found by a README trial).
+	frozen := *snap
+	frozen.Frozen = now.Add(9200 * time.Millisecond)
+	if got, want := waitText(&frozen, "me", []string{"queue"}, time.Second),
+		"lanectl: waiting 1s for queue: 2nd in line, no holder, no grant for 9.2s more: the namespace's state was lost and reset, and leases of the lost state may still run"; got != want {
+		t.Errorf("waitText(frozen) =\n%q; want\n%q", got, want)
+	}
 	if got, want := takenText(snap, "me", []string{"gpu", "free", "queue"}), "gpu: held by 2 of 2, the longest by build-7:42 (make) for 1m3s, lease left 8.2s, 1 waiter before; queue: no holder yet, 1 waiter before"; got != want {
 		t.Errorf("takenText() =\n%q; want\n%q", got, want)
 	}
