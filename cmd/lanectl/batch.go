@@ -459,9 +459,12 @@ func printBatchTable(w io.Writer, view []batchOutcome) error {
 	}
 	var b strings.Builder
 	for _, v := range view {
-		line := pad(cell(v.ID), wid) + "  " + pad(cell(v.Tool), wtool) + "  " + pad(v.Status, wstatus) +
-			"  queued " + humanDuration(time.Duration(v.QueuedMS)*time.Millisecond) +
-			"  ran " + humanDuration(time.Duration(v.RanMS)*time.Millisecond)
+		line := pad(cell(v.ID), wid) + "  " + pad(cell(v.Tool), wtool) + "  " + pad(v.Status, wstatus)
+		if !v.Stored || v.QueuedMS != 0 || v.RanMS != 0 {
+			// a call an earlier run left in flight has no times to show
+			line += "  queued " + humanDuration(time.Duration(v.QueuedMS)*time.Millisecond) +
+				"  ran " + humanDuration(time.Duration(v.RanMS)*time.Millisecond)
+		}
 		if len(v.Tokens) > 0 {
 			line += "  tokens " + tokenList(v.Tokens)
 		}
