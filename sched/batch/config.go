@@ -464,6 +464,8 @@ func (p *parser) tool(name string, v toml.Primitive, dir, workspace string) (too
 	}
 	if f := at(k, "idempotent"); p.has(f) {
 		t.Idempotent, _ = p.bool(f, tt.Idempotent)
+	} else if t.ReadOnlyHint {
+		t.Idempotent = true // a tool that changes nothing may run again, as MCP's readOnlyHint says
 	}
 	if f := at(k, "timeout"); p.has(f) {
 		t.Timeout, _ = p.duration(f, tt.Timeout)

@@ -392,3 +392,23 @@ concurrency = { key = "p", limit = 3 }
 		})
 	}
 }
+
+// read_only_hint = true makes a tool idempotent too, as MCP's readOnlyHint
+// does, unless idempotent is written: a read-only call cut off in flight
+// is "safe to call again", not "indeterminate" (found by a README trial).
+func TestParseConfigReadOnlyIsIdempotent(t *testing.T) {
+	for _, tt := range []struct {
+		fields string
+		want   bool
+	}{
+		{"read_only_hint = true", true},
+		{"read_only_hint = true\nidempotent = false", false},
+		{"read_only_hint = false", false},
+		{"idempotent = true", true},
+	} {
+		cfg := parse(t, "[tools.t]\ncommand = [\"true\"]\n"+tt.fields, "")
+		if got := cfg.Tools["t"].Idempotent; got != tt.want {
+			t.Errorf("%q: Idempotent = %v; want %v", tt.fields, got, tt.want)
+		}
+	}
+}

@@ -395,6 +395,8 @@ func (d toolDecl) apply(t sched.Tool) sched.Tool {
 	}
 	if d.set["idempotent"] {
 		t.Idempotent = w.Idempotent
+	} else if d.set["read_only_hint"] && w.ReadOnlyHint {
+		t.Idempotent = true
 	}
 	if d.set["timeout"] {
 		t.Timeout = w.Timeout
