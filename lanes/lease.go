@@ -263,7 +263,10 @@ func (l *Lease) Err() error {
 // revoked when the lease it borrowed from ended);
 // ErrNotHolder if an operator had released it by force; ErrUnavailable if
 // the backend could not be reached within the release timeout (the lease
-// then expires within its TTL). Later calls return the first result.
+// then expires within its TTL). After the Session's Close, which ended the
+// lease and released it, it waits for Close's release steps and returns
+// their answer for it: nil, or an error wrapping ErrUnavailable. Later
+// calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
 	l.once.Do(func() {
 		l.rerr = l.release(ctx, func(ctx context.Context, ids []string) (Released, error) {
@@ -292,7 +295,17 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		if errors.Is(err, ErrLeaseLost) {
 			return err
 		}
-		return nil // closed with its Session, which released it
+		if errors.Is(err, ErrClosed) {
+			// ended by its Session's Close, which releases it: its answer
+			<-s.released
+			s.mu.Lock()
+			uerr := s.unreleased[e.id]
+			s.mu.Unlock()
+			if uerr != nil {
+				return fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", e.id, uerr)
+			}
+		}
+		return nil // released: by its Session's Close, or a Cancel
 	}
 	inBackend := !e.finished
 	deadline, epoch := e.deadline, e.epoch

@@ -58,6 +58,10 @@ type Session struct {
 	kick chan struct{} // wakes the loop for hinted entries
 	stop chan struct{}
 	done chan struct{}
+	// released is closed when Close's release steps are over; unreleased
+	// then holds the error of each id they could not release
+	released   chan struct{}
+	unreleased map[string]error
 	bg   sync.WaitGroup // best-effort releases of lost leases
 	tel  telemetry
 }
@@ -157,6 +161,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
+		released:       make(chan struct{}),
 		tel:            newTelemetry(b),
 	}
 	for _, o := range opts {
@@ -675,12 +680,23 @@ func (s *Session) Close() error {
 	slices.Sort(ids)
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
+	unreleased := map[string]error{}
 	for piece := range slices.Chunk(ids, releasePiece) {
-		errs = append(errs, retry(ctx, s.interval, func(ctx context.Context) error {
+		err := retry(ctx, s.interval, func(ctx context.Context) error {
 			_, err := s.b.Release(ctx, s.owner.ID, piece)
 			return err
-		}))
+		})
+		if err != nil {
+			errs = append(errs, err)
+			for _, id := range piece {
+				unreleased[id] = err
+			}
+		}
 	}
+	s.mu.Lock()
+	s.unreleased = unreleased
+	s.mu.Unlock()
+	close(s.released)
 	err := errors.Join(errs...)
 	s.unsubscribe()
 	s.bg.Wait()

@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"ForcedReleaseIsTold", testForcedReleaseIsTold},
 		{"RevokedBorrowerReleaseIsLost", testRevokedBorrowerReleaseIsLost},
 		{"WaitAfterCloseFails", testWaitAfterCloseFails},
+		{"ReleaseAfterFailedClose", testReleaseAfterFailedClose},
 		{"LostReleaseReplyIsSuccess", testLostReleaseReplyIsSuccess},
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},

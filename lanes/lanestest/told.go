@@ -63,3 +63,33 @@ func testWaitAfterCloseFails(t *testing.T, inst Instance) {
 	}
 	release(t, other)
 }
+
+// A lease that its Session's Close ended, and that Close could not release
+// (the backend was down), reports that from its own Release: ErrUnavailable,
+// not nil (it stays in the backend until its TTL runs out). Before, it
+// returned nil, "released by the Close". Found by a review.
+func testReleaseAfterFailedClose(t *testing.T, inst Instance) {
+	f := &Faulty{Backend: inst.Backend}
+	s := session(t, f, lanes.WithReleaseTimeout(100*time.Millisecond))
+	l := acquire(t, s, req("a", "K", 1))
+	f.SetDown(true)
+	if err := s.Close(); !errors.Is(err, lanes.ErrUnavailable) {
+		t.Fatalf("Close with the backend down = %v; want ErrUnavailable", err)
+	}
+	if err := l.Release(ctxT(t)); !errors.Is(err, lanes.ErrUnavailable) {
+		t.Fatalf("Release after a Close that could not release it = %v; want ErrUnavailable", err)
+	}
+	f.SetDown(false)
+	if _, err := inst.Backend.Release(ctxT(t), "", []string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	// Once Close released it, Release says so: nil.
+	s2 := session(t, inst.Backend)
+	l2 := acquire(t, s2, req("b", "K", 1))
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release after a Close that released it = %v; want nil", err)
+	}
+}
