@@ -62,8 +62,8 @@ type Session struct {
 	// then holds the error of each id they could not release
 	released   chan struct{}
 	unreleased map[string]error
-	bg   sync.WaitGroup // best-effort releases of lost leases
-	tel  telemetry
+	bg         sync.WaitGroup // best-effort releases of lost leases
+	tel        telemetry
 }
 
 // entry is one request this Session keeps alive.
