@@ -17,6 +17,7 @@ import (
 // Child is a started command. Its methods are safe for concurrent use.
 type Child struct {
 	Cmd    *exec.Cmd
+	sup    *supervision // nil without a supervisor
 	group  bool
 	pgid   int // the command's process group, when group is set
 	exited chan struct{}
@@ -43,7 +44,8 @@ type Child struct {
 // command exits, the supervisor stops what the command left running:
 // SIGTERM, a second's grace to exit (a nested `lanectl lock` releases its
 // lease in it), then SIGKILL the same way, before it passes the status on
-// (two seconds at most). The
+// (two seconds at most); a SIGKILL sent with Signal (a lost lease) reaches
+// them all at once, without that grace. The
 // signals sent to the command's group do not reach the supervisor; those
 // sent to the supervisor alone are ignored. Child.Cmd.Process is the
 // supervisor, and Child.Cmd.ProcessState the command's status. A program
@@ -65,7 +67,7 @@ func Start(cmd *exec.Cmd, group bool) (*Child, error) {
 	if sup == nil {
 		cmd.SysProcAttr = sysProcAttr(group)
 	}
-	c := &Child{Cmd: cmd, group: group && groupsWork, exited: make(chan struct{})}
+	c := &Child{Cmd: cmd, sup: sup, group: group && groupsWork, exited: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal follows the thread that started the
@@ -107,7 +109,16 @@ func (c *Child) Wait() error {
 
 // Signal sends sig to the command's process group, or to its process alone
 // when it has no group of its own. A command that is gone is no error.
-func (c *Child) Signal(sig syscall.Signal) error { return signal(c, sig) }
+// SIGKILL also reaches, under a supervisor, every process the command
+// started outside its group, at once (without the grace they get when the
+// command exits by itself).
+func (c *Child) Signal(sig syscall.Signal) error {
+	err := signal(c, sig)
+	if sig == syscall.SIGKILL && c.sup != nil {
+		c.sup.killAll()
+	}
+	return err
+}
 
 // KillGroup sends SIGKILL to whatever is left of the command's process
 // group: once the command exited, the processes it left behind (under a
@@ -115,7 +126,7 @@ func (c *Child) Signal(sig syscall.Signal) error { return signal(c, sig) }
 // of its own.
 func (c *Child) KillGroup() {
 	if c.group {
-		_ = signal(c, syscall.SIGKILL)
+		_ = c.Signal(syscall.SIGKILL)
 	}
 }
 

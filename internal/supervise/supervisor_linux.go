@@ -27,7 +27,8 @@ import (
 // argv, and supervisorEnv in its environment (the command's). It holds one
 // end of the lifeline, a socket pair whose other end only this process
 // holds: it reads end of file there once this process is gone, however it
-// died. supervisorEnv's value is the number of its descriptor, the first
+// died, and a byte when this process asks it to kill everything at once
+// (killAll). supervisorEnv's value is the number of its descriptor, the first
 // after the command's ExtraFiles. Over the lifeline, the supervisor reports
 // once whether it started the command: 8 bytes, little-endian, the errno of
 // the failure or 0, then the command's pid, which is also the number of its
@@ -129,6 +130,12 @@ func (s *supervision) started(err error) (int, error) {
 // close closes the lifeline once the supervisor has exited.
 func (s *supervision) close() { s.ours.Close() }
 
+// killAll asks the supervisor to send SIGKILL at once to the command's
+// group and to every process the command started (its lease was lost: no
+// grace for what it left, which would run on while another holder has
+// its lanes). A supervisor gone already is no error.
+func (s *supervision) killAll() { _, _ = s.ours.Write([]byte{'k'}) }
+
 func init() {
 	if len(os.Args) < 3 || os.Args[0] != supervisorArg0 {
 		return
@@ -215,13 +222,26 @@ func supervisor(fd int, path string, argv []string) {
 		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU)
 	_, _ = syscall.Write(fd, report[:])
 
-	orphaned := make(chan struct{})
+	// orphaned is closed when the runner is gone; now when it is gone or
+	// asked to kill everything at once (killAll): either way no lease
+	// covers what the command started any more.
+	orphaned, now := make(chan struct{}), make(chan struct{})
 	go func() {
 		var b [64]byte
+		asked := false
 		for {
 			n, err := syscall.Read(fd, b[:])
-			if n <= 0 && err != syscall.EINTR {
+			switch {
+			case n > 0:
+				if !asked {
+					asked = true
+					close(now)
+				}
+			case err != syscall.EINTR:
 				close(orphaned)
+				if !asked {
+					close(now)
+				}
 				return
 			}
 		}
@@ -230,18 +250,28 @@ func supervisor(fd int, path string, argv []string) {
 	go r.run()
 
 	select {
-	case <-orphaned:
-		// The process that started the supervisor is gone: so goes
-		// everything the command started.
+	case <-now:
+		// The runner is gone, or its lease was lost: so goes everything
+		// the command started, at once.
 		r.killGroup()
 		sweep(r, time.Minute)
-		syscall.Exit(1)
+		select {
+		case <-orphaned:
+			syscall.Exit(1)
+		default:
+		}
+		select {
+		case ws := <-r.exited: // killed, most likely
+			passOn(ws)
+		case <-time.After(time.Second):
+			die(syscall.SIGKILL)
+		}
 	case ws := <-r.exited:
 		grace, limit := leftoverGrace, leftoverLimit
 		if d, err := time.ParseDuration(os.Getenv(graceEnv)); err == nil && d > 0 {
 			grace, limit = d, d+leftoverLimit-leftoverGrace
 		}
-		if !terminate(r, grace, orphaned) {
+		if !terminate(r, grace, now) {
 			sweep(r, limit-grace)
 		}
 		passOn(ws)
@@ -329,9 +359,9 @@ func (r *reaper) killGroup() {
 
 // terminate sends SIGTERM to the supervisor's children (what the command
 // left running, adopted, in its group or not) and waits up to grace for
-// them to exit, or until orphaned closes (the runner died: no lease covers
-// them now). It reports whether none is left.
-func terminate(r *reaper, grace time.Duration, orphaned <-chan struct{}) bool {
+// them to exit, or until now closes (the runner died, or its lease was
+// lost: no lease covers them now). It reports whether none is left.
+func terminate(r *reaper, grace time.Duration, now <-chan struct{}) bool {
 	select {
 	case <-r.none:
 		return true
@@ -347,7 +377,7 @@ func terminate(r *reaper, grace time.Duration, orphaned <-chan struct{}) bool {
 		return true
 	case <-deadline.C:
 		return false
-	case <-orphaned:
+	case <-now:
 		return false
 	}
 }

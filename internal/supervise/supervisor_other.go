@@ -15,3 +15,5 @@ func supervise(*exec.Cmd) (*supervision, error) { return nil, nil }
 func (*supervision) started(err error) (int, error) { return 0, err }
 
 func (*supervision) close() {}
+
+func (*supervision) killAll() {}
