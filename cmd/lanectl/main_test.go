@@ -254,6 +254,12 @@ type proc struct {
 // environment; t's end kills it if it still runs.
 func startBin(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startBinEnv(t, nil, args...)
+}
+
+// startBinEnv is startBin with env (KEY=VALUE) added to the environment.
+func startBinEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(lanectlBin, args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	// A process lanectl's command left behind may hold the output pipes:
@@ -264,6 +270,7 @@ func startBin(t *testing.T, args ...string) *proc {
 			p.cmd.Env = append(p.cmd.Env, kv)
 		}
 	}
+	p.cmd.Env = append(p.cmd.Env, env...)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting lanectl: %v", err)
 	}
