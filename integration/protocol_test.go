@@ -2494,7 +2494,7 @@ func TestProtocolNoTTLRealRedis(t *testing.T) {
 	r.checkMarkers(t)
 	r.checkRelease(r.release(owner, 0, "holder", "waiter"), []string{"h", "w"}, nil)
 	r.heartbeat(owner, ttl, []string{"child", "g"}, "child")         // revoked with its lender, which keeps k for it
-	r.checkRelease(r.release(owner, 0, "child"), []string{"g"}, nil) // its owner releases it: both go
+	r.checkRelease(r.release(owner, 0, "child"), []string{"l"}, nil) // its owner releases it: both go; "l": it had been revoked
 	r.checkMarkers(t)
 	ctx := context.Background()
 	for i, k := range r.doc.keys[:r.doc.state] {
@@ -2597,7 +2597,7 @@ func TestProtocolBorrowersRealRedis(t *testing.T) {
 		t.Errorf("an enqueue of C's id changed it: %v", rc)
 	}
 	// C's release removes C, then P: a is free (D still waits on b).
-	r.checkRelease(r.release(owner, 0, "C"), []string{"g"}, nil)
+	r.checkRelease(r.release(owner, 0, "C"), []string{"l"}, nil)
 	if r.exists("C") || r.exists("P") {
 		t.Errorf("after C's release: C there %v, P there %v; want neither", r.exists("C"), r.exists("P"))
 	}
@@ -2931,7 +2931,7 @@ func TestProtocolEveryReleaseKeepsEndedLenderRealRedis(t *testing.T) {
 			if !r.exists("P") || !r.exists("C") {
 				t.Fatalf("P there %v, C there %v; want both until C's owner releases C", r.exists("P"), r.exists("C"))
 			}
-			r.checkRelease(r.release(other, 0, "C"), []string{"g"}, []string{"T"})
+			r.checkRelease(r.release(other, 0, "C"), []string{"l"}, []string{"T"})
 			r.checkRelease(r.release(other, 0, "T"), []string{"h"}, nil)
 		})
 	}
@@ -3059,7 +3059,7 @@ func TestProtocolExpiredLenderIDTakenRealRedis(t *testing.T) {
 	if rp := r.record("P"); rp["z"] != float64(1) || rp["s"] != "h" {
 		t.Errorf("P's record %v; want held and kept (z) for C", rp)
 	}
-	r.checkRelease(r.release(other, 0, "C"), []string{"g"}, nil)
+	r.checkRelease(r.release(other, 0, "C"), []string{"l"}, nil)
 	r.mustEnqueue(owner, 30000, []string{"P", "h"}, req("P", lane("a", 1))) // the id is free again
 	r.release(owner, 0, "P")
 }
