@@ -194,6 +194,12 @@ func (r *run) prepare(i int) bool {
 			}
 			st.results[op] = o
 			st.left--
+			if o.Status != OK && o.Status != Interrupted && st.tool.FanOut.OnError == Stop {
+				// An operation that failed in an earlier process of the
+				// run (found in flight: indeterminate) stops the call
+				// again: no operation starts after it (rule 9).
+				st.stopped = true
+			}
 			r.emit(Event{Kind: EventStored, CallID: c.ID, Tool: c.Tool, Operation: op, Status: o.Status, Why: errText(o.Err)})
 		}
 	}
