@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -398,12 +399,21 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	child.Env = laneenv.WithTrace(lease.Context(), childEnv(os.Environ(), lease, o.keys, o.lineage, o.global.namespace))
 	child.WaitDelay = time.Second // output copying, when stdout is not a file
-	c, err := supervise.Start(child, !isTerminal(child.Stdin))
+	group := !isTerminal(child.Stdin)
+	c, err := supervise.Start(child, group)
 	if err != nil {
 		_ = lease.Release(context.WithoutCancel(ctx))
 		return startError(o.argv[0], err)
 	}
 	defer c.Guard(lease.Lost(), lease.OnLost, lease.Deadline, lease.Margin())()
+	var suspend chan os.Signal
+	if group {
+		// Ctrl-Z, or SIGTSTP sent to lanectl, does not reach a command in
+		// a group of its own: lanectl stops it along with itself.
+		suspend = make(chan os.Signal, 1)
+		signal.Notify(suspend, syscall.SIGTSTP)
+		defer signal.Stop(suspend)
+	}
 	defer o.relay.Forward(func(s os.Signal) {
 		if sig, ok := s.(syscall.Signal); ok {
 			_ = c.Signal(sig)
@@ -419,6 +429,8 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 				sig = syscall.SIGTERM
 			}
 			_ = c.Signal(sig)
+		case <-suspend:
+			suspendWith(c, lease)
 		case <-c.Exited():
 			// What CMD left running in its group would run on without the
 			// keys: it goes before they are released.
@@ -426,6 +438,28 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, c.Wait())
 		}
 	}
+}
+
+// suspendWith stops lanectl and its command c together (SIGTSTP to
+// lanectl, whose command runs in a group of its own): stopped, lanectl
+// cannot renew the lease, so the command must not run meanwhile. Once
+// lanectl is continued, so is the command, unless the lease's local
+// deadline passed in between: the lease is then lost, and the guard kills
+// the command (SIGKILL ends a stopped process too) before it runs again.
+func suspendWith(c *supervise.Child, lease *lanes.Lease) {
+	// The stop of this process takes effect some time after kill returns:
+	// wait for the SIGCONT that ends it.
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	_ = c.Signal(syscall.SIGSTOP)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
+	if lease.Err() != nil {
+		<-c.Exited() // the guard's SIGKILL
+		return
+	}
+	_ = c.Signal(syscall.SIGCONT)
 }
 
 // inheritedLineage returns the lineage a lanectl command takes from the
