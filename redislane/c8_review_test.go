@@ -71,3 +71,49 @@ func TestRevokedBorrowerReleaseAfterKeptLenderForcedIsLost(t *testing.T) {
 		}
 	})
 }
+
+// A lease lost before its Session's Close (a borrower revoked by its
+// lender's release, or a lease an operator released by force), whose
+// Session had no hint of it yet, reports Release() = nil once Close ended
+// it: Close's release step answers "l" (or "f") for it, and 2f502da hands
+// Release only whether that step failed. Without the Close the same
+// Release reports ErrLeaseLost (6318b66) or ErrNotHolder; Release's
+// contract says nil means "held until the release". Memory, miniredis and
+// real Redis.
+func TestReleaseAfterCloseReportsLossBeforeClose(t *testing.T) {
+	c8backends(t, func(t *testing.T, b lanes.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		s, err := lanes.NewSession(ctx, c8deaf{b}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent, err := s.Acquire(ctx, lanes.Request{ID: "parent", Lanes: one("k", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		child, err := s.Acquire(ctx, lanes.Request{ID: "child", Lanes: one("k", 1), Lineage: []string{"parent"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		forced, err := s.Acquire(ctx, lanes.Request{ID: "forced", Lanes: one("f", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := parent.Release(ctx); err != nil {
+			t.Fatal(err) // revokes the child
+		}
+		if _, err := b.Release(ctx, "", []string{"forced"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := child.Release(ctx); !errors.Is(err, lanes.ErrLeaseLost) {
+			t.Errorf("revoked borrower's Release() after Close = %v; want ErrLeaseLost (revoked before the Close, as without the Close)", err)
+		}
+		if err := forced.Release(ctx); !errors.Is(err, lanes.ErrNotHolder) {
+			t.Errorf("force-released lease's Release() after Close = %v; want ErrNotHolder (released by force before the Close, as without the Close)", err)
+		}
+	})
+}
