@@ -230,7 +230,9 @@ func (s *Session) fail(e *entry, err error) {
 
 // releaseLater runs first (when not nil), then releases ids, in the
 // background, best effort: the TTL ends them anyway. s.mu is held; after
-// Close it releases nothing, as Close releases every entry.
+// Close it releases nothing, as Close releases every entry. Close waits for
+// the release, not for first: first runs a lease's OnLost callbacks, which
+// may call Close.
 func (s *Session) releaseLater(first func(), ids ...string) {
 	if s.closed {
 		if first != nil {
@@ -238,12 +240,18 @@ func (s *Session) releaseLater(first func(), ids ...string) {
 		}
 		return
 	}
+	if first != nil {
+		go func() {
+			first()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.releaseLater(nil, ids...)
+		}()
+		return
+	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		if first != nil {
-			first()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 		defer cancel()
 		_ = retry(ctx, s.interval, func(ctx context.Context) error {

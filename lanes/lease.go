@@ -265,7 +265,8 @@ func (l *Lease) Err() error {
 // the backend could not be reached within the release timeout (the lease
 // then expires within its TTL). After the Session's Close, which ended the
 // lease and released it, it waits for Close's release steps and returns
-// their answer for it: nil, or an error wrapping ErrUnavailable. Later
+// their answer for it: nil, an error wrapping ErrUnavailable, or the
+// ErrNotHolder or ErrLeaseLost of a lease lost before the Close. Later
 // calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
 	l.once.Do(func() {
@@ -299,10 +300,10 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 			// ended by its Session's Close, which releases it: its answer
 			<-s.released
 			s.mu.Lock()
-			uerr := s.unreleased[e.id]
+			cerr := s.closeErrs[e.id]
 			s.mu.Unlock()
-			if uerr != nil {
-				return fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", e.id, uerr)
+			if cerr != nil {
+				return cerr
 			}
 		}
 		return nil // released: by its Session's Close, or a Cancel
@@ -324,10 +325,8 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	switch {
 	case err != nil:
 		return err
-	case r.forced:
-		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", e.id)
-	case r.revoked:
-		return entryError(ErrLeaseLost, "entry %s was revoked before the release: the lease it borrowed a key from had ended (DESIGN.md invariant 10)", e.id)
+	case r.forced || r.revoked:
+		return r.lossError(e.id)
 	case r.was == Gone && !time.Now().Before(deadline):
 		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", e.id)
 	case r.was == Gone && epoch != "" && r.epoch != epoch:

@@ -95,6 +95,7 @@ type step struct {
 	now     time.Time
 	granted []ownedHint // grants this step made for their owners
 	told    []ownedHint // entries removed or taken over on someone else's behalf
+	forcing bool        // an operator's release is removing entries
 }
 
 // ownedHint is one hint to give an owner.
@@ -425,7 +426,9 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 			case e.held:
 				rel.Was[i] = Held
 			}
+			st.forcing = by == ""
 			st.remove(e, touched)
+			st.forcing = false
 			if e.Owner.ID != by {
 				st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}})
 			}
@@ -645,6 +648,9 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 		delete(m.borrowers, e.ID)
 		for _, id := range ids {
 			if b := m.entries[id]; b != nil {
+				if st.forcing {
+					m.forced[id] = st.now.Add(MaxTTL) // its owner's release learns it
+				}
 				st.remove(b, touched)
 			}
 		}

@@ -58,12 +58,13 @@ type Session struct {
 	kick chan struct{} // wakes the loop for hinted entries
 	stop chan struct{}
 	done chan struct{}
-	// released is closed when Close's release steps are over; unreleased
-	// then holds the error of each id they could not release
-	released   chan struct{}
-	unreleased map[string]error
-	bg         sync.WaitGroup // best-effort releases of lost leases
-	tel        telemetry
+	// released is closed when Close's release steps are over; closeErrs
+	// then holds, for each id they did not find held (or could not
+	// release), what its Lease.Release reports
+	released  chan struct{}
+	closeErrs map[string]error
+	bg        sync.WaitGroup // best-effort releases of lost leases
+	tel       telemetry
 }
 
 // entry is one request this Session keeps alive.
@@ -337,6 +338,18 @@ type releasedOne struct {
 	forced  bool
 	revoked bool   // it had ended revoked (Released.Revoked)
 	epoch   string // the backend state's epoch the step saw
+}
+
+// lossError is the error of a release answered r that found the lease
+// lost before it (released by force, revoked), or nil.
+func (r releasedOne) lossError(id string) error {
+	switch {
+	case r.forced:
+		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", id)
+	case r.revoked:
+		return entryError(ErrLeaseLost, "entry %s was revoked before the release: the lease it borrowed a key from had ended (DESIGN.md invariant 10)", id)
+	}
+	return nil
 }
 
 // releasedAt is what r says of its i-th of n ids.
@@ -680,21 +693,29 @@ func (s *Session) Close() error {
 	slices.Sort(ids)
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
-	unreleased := map[string]error{}
+	closeErrs := map[string]error{}
 	for piece := range slices.Chunk(ids, releasePiece) {
+		var r Released
 		err := retry(ctx, s.interval, func(ctx context.Context) error {
-			_, err := s.b.Release(ctx, s.owner.ID, piece)
+			var err error
+			r, err = s.b.Release(ctx, s.owner.ID, piece)
 			return err
 		})
 		if err != nil {
 			errs = append(errs, err)
 			for _, id := range piece {
-				unreleased[id] = err
+				closeErrs[id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", id, err)
+			}
+			continue
+		}
+		for i, id := range piece {
+			if i < len(r.Was) {
+				closeErrs[id] = releasedAt(r, i, len(piece)).lossError(id)
 			}
 		}
 	}
 	s.mu.Lock()
-	s.unreleased = unreleased
+	s.closeErrs = closeErrs
 	s.mu.Unlock()
 	close(s.released)
 	err := errors.Join(errs...)

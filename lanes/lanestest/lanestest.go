@@ -91,6 +91,8 @@ func Run(t *testing.T, h Harness) {
 		{"RevokedBorrowerReleaseIsLost", testRevokedBorrowerReleaseIsLost},
 		{"WaitAfterCloseFails", testWaitAfterCloseFails},
 		{"ReleaseAfterFailedClose", testReleaseAfterFailedClose},
+		{"RevokedBorrowerOfForcedLender", testRevokedBorrowerOfForcedLender},
+		{"ReleaseAfterCloseReportsLoss", testReleaseAfterCloseReportsLoss},
 		{"LostReleaseReplyIsSuccess", testLostReleaseReplyIsSuccess},
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},

@@ -93,3 +93,46 @@ func testReleaseAfterFailedClose(t *testing.T, inst Instance) {
 		t.Fatalf("Release after a Close that released it = %v; want nil", err)
 	}
 }
+
+// Invariant 10 with an operator: a borrower revoked by its lender's release,
+// whose kept lender an operator then releases by force (which takes the
+// revoked borrower with it), learns from its own Release that it was not
+// held until then: ErrNotHolder, as for an entry an operator released
+// itself. Before, the backend answered Gone for it (the tombstone named
+// the lender only), read as success. Found by a review.
+func testRevokedBorrowerOfForcedLender(t *testing.T, inst Instance) {
+	s := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	parent := acquire(t, s, req("parent", "K", 1))
+	child := acquire(t, s, nested(req("child", "K", 1), "parent"))
+	release(t, parent) // the child is revoked; the parent is kept for it
+	if _, err := inst.Backend.Release(ctxT(t), "", []string{"parent"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Release(ctxT(t)); !errors.Is(err, lanes.ErrNotHolder) {
+		t.Fatalf("the revoked borrower's Release() after its kept lender was released by force = %v; want ErrNotHolder", err)
+	}
+}
+
+// A lease lost before its Session's Close (a revoked borrower; a lease an
+// operator released by force), which the Session had no hint of, reports
+// the loss from its Release after the Close, as it would without the
+// Close: Close's release step answered it. Found by a review.
+func testReleaseAfterCloseReportsLoss(t *testing.T, inst Instance) {
+	s := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	parent := acquire(t, s, req("parent", "K", 1))
+	child := acquire(t, s, nested(req("child", "K", 1), "parent"))
+	forced := acquire(t, s, req("forced", "F", 1))
+	release(t, parent) // revokes the child
+	if _, err := inst.Backend.Release(ctxT(t), "", []string{"forced"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Release(ctxT(t)); !errors.Is(err, lanes.ErrLeaseLost) {
+		t.Errorf("the revoked borrower's Release() after Close = %v; want ErrLeaseLost", err)
+	}
+	if err := forced.Release(ctxT(t)); !errors.Is(err, lanes.ErrNotHolder) {
+		t.Errorf("the force-released lease's Release() after Close = %v; want ErrNotHolder", err)
+	}
+}

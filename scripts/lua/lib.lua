@@ -99,6 +99,7 @@ local PENDING
 -- issued by flush in one command per key
 local PUT
 local PURGED -- keys whose holders this step checked for expired ones (purge)
+local FORCING -- the lifetime (ms) of the tombstones of an operator's release under way, else nil
 local RATES, RDIRTY, RSPENT -- rate logs read; rate keys whose log changed; rate keys a grant spent on
 
 -- begin starts a step: it checks KEYS (nkeys of them, 7 unless given) and
@@ -122,7 +123,7 @@ local function begin(KEYS, ARGV, nkeys)
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
   checked, granted, told, expired = false, {}, {}, 0
   REAPED, DEAD, MORE = false, DEAD_MAX, false
-  PENDING, PUT, PURGED = nil, nil, {}
+  PENDING, PUT, PURGED, FORCING = nil, nil, {}, nil
   RATES, RDIRTY, RSPENT = {}, {}, {}
 end
 
@@ -929,7 +930,11 @@ remove = function(e, touched)
     redis.call('ZREMRANGEBYLEX', K_NESTED, '[ ' .. e.id .. '\0', '( ' .. e.id .. '\1')
     for _, m in ipairs(ms) do
       local b = load(string.sub(m, #e.id + 3))
-      if b then remove(b, touched) end
+      if b then
+        -- taken by an operator's release: its owner's release learns it
+        if FORCING then entomb(b.id, 'f', FORCING) end
+        remove(b, touched)
+      end
     end
   end
   for _, a in ipairs(lenders or {}) do
@@ -965,7 +970,9 @@ local function release_entry(id, by, tomb, touched)
   if by ~= '' and e.z then return gone() end
   local was = e.s
   if by ~= '' and ended(e) then was = gone() end
+  if by == '' and tomb > 0 then FORCING = tomb end
   remove(e, touched)
+  FORCING = nil
   if e.o ~= by then told[#told + 1] = {e.o, e.id} end
   if by == '' and tomb > 0 then entomb(id, 'f', tomb) end
   return was
