@@ -965,11 +965,12 @@ local function release_entry(id, by, tomb, touched)
     if by ~= '' and EPOCH and tombed(id, 'f') then return 'f' end
     return 'g'
   end
-  -- what an ended entry was to its owner
-  local function gone() return tombed(id, 'f') and 'f' or e.v and 'l' or 'g' end
-  if by ~= '' and e.z then return gone() end
   local was = e.s
-  if by ~= '' and ended(e) then was = gone() end
+  if by ~= '' and ended(e) then
+    -- gone to its owner: released by force since, revoked, or ended
+    was = tombed(id, 'f') and 'f' or e.v and 'l' or 'g'
+    if e.z then return was end -- a lender kept for its revoked borrowers stays
+  end
   if by == '' and tomb > 0 then FORCING = tomb end
   remove(e, touched)
   FORCING = nil
