@@ -97,6 +97,8 @@ func Run(t *testing.T, h Harness) {
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},
 		{"RunRecords", testRunRecords},
+		{"ForcedTombstoneFailsReusedIDRelease", testForcedTombstoneFailsReusedIDRelease},
+		{"RevokedBorrowerLostReleaseReply", testRevokedBorrowerLostReleaseReply},
 	}
 	run(t, h, append(tests, rateTests...))
 }

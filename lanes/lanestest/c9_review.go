@@ -1,0 +1,58 @@
+package lanestest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// An operator's forced release leaves a tombstone "f" for its id (an hour
+// on both backends), and "f does not stop an enqueue": the id may be used
+// again (a run restarted with the same run id enqueues the same entry
+// ids). A later lease of that id, held until its own release, whose first
+// release reply was lost, is then told "released by force" by the retry:
+// Release reports ErrNotHolder although the lease was held until the
+// release and the release ran. Want nil, as testLostReleaseReplyIsSuccess
+// gets for an id without that history. Found by a review (core9).
+func testForcedTombstoneFailsReusedIDRelease(t *testing.T, inst Instance) {
+	old := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	first := acquire(t, old, req("r", "K", 1))
+	if _, err := inst.Backend.Release(ctxT(t), "", []string{"r"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctxT(t)); !errors.Is(err, lanes.ErrNotHolder) {
+		t.Fatalf("Release() of the lease released by force = %v; want ErrNotHolder", err)
+	}
+	f := &Faulty{Backend: inst.Backend}
+	s := session(t, f, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	l := acquire(t, s, req("r", "K", 1)) // the same id, a new entry, held
+	if err := l.Err(); err != nil {
+		t.Fatalf("the new lease of r: Err() = %v", err)
+	}
+	f.LoseReplies(1)
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatalf("Release() of a lease held until its release, whose first reply was lost = %v; want nil (the forced-release tombstone is the earlier entry's)", err)
+	}
+}
+
+// Invariant 10 with a lost reply: the owner's release of a revoked borrower
+// answers "l" and removes it; when that reply is lost, the Session's retry
+// finds "g" and reports nil ("held until the release", an earlier try
+// removed it), although the lease had been revoked before the release
+// (no hint came, as in testRevokedBorrowerReleaseIsLost). Want
+// ErrLeaseLost, as without the lost reply; an operator's "f" keeps its
+// answer across retries (a tombstone), a revocation's "l" does not.
+// Found by a review (core9).
+func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
+	f := &Faulty{Backend: noHints{inst.Backend}}
+	s := session(t, f, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	parent := acquire(t, s, req("parent", "K", 1))
+	child := acquire(t, s, nested(req("child", "K", 1), "parent"))
+	release(t, parent) // revokes the child; the parent is kept for it
+	f.LoseReplies(1)
+	if err := child.Release(ctxT(t)); !errors.Is(err, lanes.ErrLeaseLost) {
+		t.Fatalf("the revoked borrower's Release() whose first reply was lost = %v; want ErrLeaseLost", err)
+	}
+}
