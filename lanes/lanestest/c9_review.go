@@ -1,6 +1,7 @@
 package lanestest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -54,5 +55,44 @@ func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 	f.LoseReplies(1)
 	if err := child.Release(ctxT(t)); !errors.Is(err, lanes.ErrLeaseLost) {
 		t.Fatalf("the revoked borrower's Release() whose first reply was lost = %v; want ErrLeaseLost", err)
+	}
+}
+
+// Invariants 7 and 10 with Close called from an OnLost callback (allowed
+// since the callbacks run outside the goroutines Close waits for): a
+// borrower revoked when its lender was released is lost (hint, then
+// heartbeat "g") and its callback closes its Session. The revoked entry
+// stays in the backend, keeping its lender's slot of K, until its owner
+// releases it; but lose() untracked it, so Close does not release it, and
+// the release queued behind the callback is dropped because the Session is
+// closed by then (releaseLater: "after Close it releases nothing, as Close
+// releases every entry"). K stays blocked until the borrower's TTL runs
+// out (30s here) instead of passing on at once. Found by a review (core9).
+func testOnLostCloseLeaksRevokedBorrower(t *testing.T, inst Instance) {
+	s1 := session(t, inst.Backend)
+	s2 := session(t, inst.Backend)
+	parent := acquire(t, s1, req("parent", "K", 1))
+	child := acquire(t, s2, nested(req("child", "K", 1), "parent"))
+	closed := make(chan error, 1)
+	child.OnLost(func() { closed <- s2.Close() })
+	release(t, parent) // revokes the child; the parent is kept for it
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close() from the OnLost callback = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revoked borrower's OnLost callback did not run within 10s")
+	}
+	<-s2.Done()
+	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
+	defer cancel()
+	l, err := session(t, inst.Backend).Acquire(ctx, req("next", "K", 1))
+	if err != nil {
+		t.Fatalf("Acquire(K) after the revoked borrower's Session closed = %v; want a grant at once (the borrower was lost and its Session closed, nothing holds K): K still held by %v", err, holderIDs(inspect(t, inst.Backend, "K")))
+	}
+	release(t, l)
+	if err := child.Release(ctxT(t)); !errors.Is(err, lanes.ErrLeaseLost) {
+		t.Errorf("the revoked borrower's Release() = %v; want ErrLeaseLost", err)
 	}
 }

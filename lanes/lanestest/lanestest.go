@@ -99,6 +99,7 @@ func Run(t *testing.T, h Harness) {
 		{"RunRecords", testRunRecords},
 		{"ForcedTombstoneFailsReusedIDRelease", testForcedTombstoneFailsReusedIDRelease},
 		{"RevokedBorrowerLostReleaseReply", testRevokedBorrowerLostReleaseReply},
+		{"OnLostCloseLeaksRevokedBorrower", testOnLostCloseLeaksRevokedBorrower},
 	}
 	run(t, h, append(tests, rateTests...))
 }
