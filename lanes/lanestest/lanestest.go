@@ -100,6 +100,7 @@ func Run(t *testing.T, h Harness) {
 		{"ForcedTombstoneFailsReusedIDRelease", testForcedTombstoneFailsReusedIDRelease},
 		{"RevokedBorrowerLostReleaseReply", testRevokedBorrowerLostReleaseReply},
 		{"OnLostCloseLeaksRevokedBorrower", testOnLostCloseLeaksRevokedBorrower},
+		{"CloseOfLenderAndBorrowerIsNoLoss", testCloseOfLenderAndBorrowerIsNoLoss},
 	}
 	run(t, h, append(tests, rateTests...))
 }
