@@ -229,36 +229,48 @@ func (s *Session) fail(e *entry, err error) {
 }
 
 // releaseLater runs first (when not nil), then releases ids, in the
-// background, best effort: the TTL ends them anyway. s.mu is held; after
-// Close it releases nothing, as Close releases every entry. Close waits for
-// the release, not for first: first runs a lease's OnLost callbacks, which
-// may call Close.
+// background, best effort: the TTL ends them anyway. s.mu is held. Close
+// waits for the release, not for first: first runs a lease's OnLost
+// callbacks, which may call Close. ids are untracked already, so Close
+// does not release them: the release after first runs even when Close
+// came meanwhile (a lost lease's entry may still hold slots, a revoked
+// borrower its kept lender's).
 func (s *Session) releaseLater(first func(), ids ...string) {
-	if s.closed {
-		if first != nil {
-			go first()
-		}
-		return
-	}
 	if first != nil {
 		go func() {
 			first()
 			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.releaseLater(nil, ids...)
+			closed := s.closed
+			if !closed {
+				s.releaseLater(nil, ids...)
+			}
+			s.mu.Unlock()
+			if closed {
+				s.releaseIDs(ids) // Close waits for no one here
+			}
 		}()
+		return
+	}
+	if s.closed {
+		go s.releaseIDs(ids)
 		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
-		defer cancel()
-		_ = retry(ctx, s.interval, func(ctx context.Context) error {
-			_, err := s.b.Release(ctx, s.owner.ID, ids)
-			return err
-		})
+		s.releaseIDs(ids)
 	}()
+}
+
+// releaseIDs releases ids within the release timeout, trying again while
+// the backend cannot be reached.
+func (s *Session) releaseIDs(ids []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
+	defer cancel()
+	_ = retry(ctx, s.interval, func(ctx context.Context) error {
+		_, err := s.b.Release(ctx, s.owner.ID, ids)
+		return err
+	})
 }
 
 // release removes id from the backend with step (nil: a Release step) on a

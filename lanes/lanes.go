@@ -58,6 +58,13 @@ const (
 	MaxBorrowers = 500
 )
 
+// RevokedTombstone is how long a backend remembers an owner's release of a
+// revoked entry (Released.Revoked): a later try of the same release, whose
+// first reply was lost, is told Revoked too (the Session's retries of a
+// release end within its release timeout, DefaultReleaseTimeout unless
+// set). An enqueue of the id forgets it.
+const RevokedTombstone = time.Minute
+
 // ValidateStep reports whether reqs can be one Enqueue step: at most
 // MaxStepRequests requests with distinct ids naming at most MaxStepLanes
 // lanes in all. Its error is an *InvalidError.

@@ -322,19 +322,10 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		})
 	}
 	r, err := s.release(ctx, e.id, step)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case r.forced || r.revoked:
-		return r.lossError(e.id)
-	case r.was == Gone && !time.Now().Before(deadline):
-		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", e.id)
-	case r.was == Gone && epoch != "" && r.epoch != epoch:
-		// Not the work of an earlier try of this release: the state the
-		// lease was granted in is gone (DESIGN.md invariant 6).
-		return entryError(ErrLeaseLost, "entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", e.id, epoch, r.epoch)
 	}
-	return nil
+	return r.outcome(e.id, deadline, epoch)
 }
 
 func (l *Lease) errLocked() error {

@@ -19,21 +19,22 @@ type Memory struct {
 	epoch string
 	at    time.Time // the clock of the step running (m.mu is held)
 
-	mu        sync.Mutex
-	seq       uint64
-	entries   map[string]*memEntry
-	queues    map[string][]*memEntry     // per key, in sequence order
-	holders   map[string][]*memEntry     // per key, in grant order
-	limits    map[string]int             // recorded while a key has holders or waiters
-	rates     map[string]*rateLog        // rate keys' logs: while in use or units are in the window
-	tokens    map[string]uint64          // last token per key; never deleted
-	nested    map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
-	borrowers map[string]map[string]bool // lender id -> ids of entries that borrow a key from it
-	settled   map[string]time.Time       // id -> when its Settle tombstone lapses
-	forced    map[string]time.Time       // id -> when the tombstone of its forced release lapses
-	stats     Stats
-	subs      map[string]func([]Hint)
-	runs      map[string]*memRun // run id -> what its calls came to
+	mu          sync.Mutex
+	seq         uint64
+	entries     map[string]*memEntry
+	queues      map[string][]*memEntry     // per key, in sequence order
+	holders     map[string][]*memEntry     // per key, in grant order
+	limits      map[string]int             // recorded while a key has holders or waiters
+	rates       map[string]*rateLog        // rate keys' logs: while in use or units are in the window
+	tokens      map[string]uint64          // last token per key; never deleted
+	nested      map[string]map[string]bool // ancestor id -> ids of entries with it in their lineage
+	borrowers   map[string]map[string]bool // lender id -> ids of entries that borrow a key from it
+	settled     map[string]time.Time       // id -> when its Settle tombstone lapses
+	forced      map[string]time.Time       // id -> when the tombstone of its forced release lapses
+	revokedGone map[string]time.Time       // id -> when the tombstone of its owner's release of it, revoked, lapses
+	stats       Stats
+	subs        map[string]func([]Hint)
+	runs        map[string]*memRun // run id -> what its calls came to
 }
 
 type memEntry struct {
@@ -67,20 +68,21 @@ func WithClock(now func() time.Time) MemoryOption { return func(m *Memory) { m.n
 // NewMemory returns an empty in-process backend.
 func NewMemory(opts ...MemoryOption) *Memory {
 	m := &Memory{
-		now:       time.Now,
-		epoch:     "memory-" + NewID(),
-		entries:   map[string]*memEntry{},
-		queues:    map[string][]*memEntry{},
-		holders:   map[string][]*memEntry{},
-		limits:    map[string]int{},
-		rates:     map[string]*rateLog{},
-		tokens:    map[string]uint64{},
-		nested:    map[string]map[string]bool{},
-		borrowers: map[string]map[string]bool{},
-		settled:   map[string]time.Time{},
-		forced:    map[string]time.Time{},
-		subs:      map[string]func([]Hint){},
-		runs:      map[string]*memRun{},
+		now:         time.Now,
+		epoch:       "memory-" + NewID(),
+		entries:     map[string]*memEntry{},
+		queues:      map[string][]*memEntry{},
+		holders:     map[string][]*memEntry{},
+		limits:      map[string]int{},
+		rates:       map[string]*rateLog{},
+		tokens:      map[string]uint64{},
+		nested:      map[string]map[string]bool{},
+		borrowers:   map[string]map[string]bool{},
+		settled:     map[string]time.Time{},
+		forced:      map[string]time.Time{},
+		revokedGone: map[string]time.Time{},
+		subs:        map[string]func([]Hint){},
+		runs:        map[string]*memRun{},
 	}
 	for _, o := range opts {
 		o(m)
@@ -252,6 +254,8 @@ func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {
 		}
 	}
 	m.entries[r.ID] = e
+	delete(m.forced, r.ID) // an earlier entry's: this one's release is not told of them
+	delete(m.revokedGone, r.ID)
 	for _, a := range e.Lineage {
 		link(m.nested, a, e.ID)
 	}
@@ -410,6 +414,9 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 		rel.Was[i] = Gone
 		rel.Forced[i] = m.forcedAt(e.ID, st.now)
 		rel.Revoked[i] = !rel.Forced[i] && e.revoked
+		if rel.Revoked[i] && !e.kept {
+			m.revokedGone[e.ID] = st.now.Add(RevokedTombstone) // a later try is told so too
+		}
 	}
 	for i, id := range ids {
 		e := m.entries[id]
@@ -437,6 +444,9 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 			}
 		case by != "":
 			rel.Forced[i] = m.forcedAt(id, st.now)
+			if t, ok := m.revokedGone[id]; ok && t.After(st.now) && !rel.Forced[i] {
+				rel.Revoked[i] = true
+			}
 		}
 		if settle > 0 {
 			m.settled[id] = st.now.Add(settle)
@@ -544,7 +554,7 @@ func (m *Memory) begin() *step {
 		st.expire(e, touched)
 	}
 	st.scan(touched)
-	for _, tombs := range []map[string]time.Time{m.settled, m.forced} {
+	for _, tombs := range []map[string]time.Time{m.settled, m.forced, m.revokedGone} {
 		maps.DeleteFunc(tombs, func(_ string, t time.Time) bool { return !t.After(st.now) })
 	}
 	return st

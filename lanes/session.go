@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,6 +84,7 @@ type entry struct {
 	earlyIn  string        // the backend state's epoch the Session knew when early came
 	seq      uint64        // its sequence number in the backend, once known
 	epoch    string        // the backend state's epoch it was enqueued in
+	depth    int           // the ancestors its request's lineage names
 	ctx      context.Context
 	queued   time.Time  // when its Enqueue step was first sent
 	span     trace.Span // its wait
@@ -315,7 +317,7 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	tickets := make([]*Ticket, len(reqs))
 	sendAt := 0 // send holds, in order, the requests that take a lane
 	for i, r := range reqs {
-		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent}
+		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, depth: len(r.Lineage)}
 		tickets[i] = &Ticket{s: s, e: e}
 		if sendAt == len(send) || send[sendAt].ID != r.ID {
 			// Nothing to take: granted at once, and no backend entry.
@@ -340,14 +342,22 @@ type releasedOne struct {
 	epoch   string // the backend state's epoch the step saw
 }
 
-// lossError is the error of a release answered r that found the lease
-// lost before it (released by force, revoked), or nil.
-func (r releasedOne) lossError(id string) error {
+// outcome is what the release answered r says of the lease of entry id,
+// whose local deadline was deadline and which was granted in epoch: nil
+// when it was held until the release, else why not (DESIGN.md invariant
+// 6). An answer Gone is an earlier try of the same release only when the
+// epoch is the one the lease was granted in and its local deadline has not
+// passed.
+func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error {
 	switch {
 	case r.forced:
 		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", id)
 	case r.revoked:
 		return entryError(ErrLeaseLost, "entry %s was revoked before the release: the lease it borrowed a key from had ended (DESIGN.md invariant 10)", id)
+	case r.was == Gone && !time.Now().Before(deadline):
+		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", id)
+	case r.was == Gone && epoch != "" && r.epoch != epoch:
+		return entryError(ErrLeaseLost, "entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", id, epoch, r.epoch)
 	}
 	return nil
 }
@@ -675,9 +685,16 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	var ids []string
+	type held struct {
+		deadline time.Time
+		epoch    string
+		depth    int
+	}
+	kept := map[string]held{}
 	for _, e := range s.entries {
 		if !e.pending { // an entry still in its Enqueue step is settled by it
 			ids = append(ids, e.id)
+			kept[e.id] = held{e.deadline, e.epoch, e.depth}
 		}
 		s.untrack(e)
 		if e.lease != nil {
@@ -690,7 +707,12 @@ func (s *Session) Close() error {
 	close(s.stop)
 	<-s.done
 	var errs []error
-	slices.Sort(ids)
+	// Borrowers before their lenders (deeper lineages first): a lender
+	// released first would revoke its borrowers within the step, and their
+	// leases would read as lost.
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(cmp.Compare(kept[b].depth, kept[a].depth), cmp.Compare(a, b))
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
@@ -710,7 +732,7 @@ func (s *Session) Close() error {
 		}
 		for i, id := range piece {
 			if i < len(r.Was) {
-				closeErrs[id] = releasedAt(r, i, len(piece)).lossError(id)
+				closeErrs[id] = releasedAt(r, i, len(piece)).outcome(id, kept[id].deadline, kept[id].epoch)
 			}
 		}
 	}

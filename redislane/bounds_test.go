@@ -40,6 +40,7 @@ func TestBoundsMatchGo(t *testing.T) {
 		"MAX_BORROWERS":     lanes.MaxBorrowers,
 		"MAX_RATE_PER":      int64(lanes.MaxRatePer / time.Millisecond),
 		"RATE_LOG_MAX":      lanes.MaxRateLog,
+		"REVOKED_TOMB":      int64(lanes.RevokedTombstone / time.Millisecond),
 	}
 	for name, v := range want {
 		got, ok := lua[name]

@@ -400,6 +400,9 @@ for i, r in ipairs(reqs) do
       if words then
         out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
       else
+        -- an earlier entry's tombstones of a forced release or a
+        -- revocation: this entry's release is not told of them
+        if NOW < TOMBS then redis.call('ZREM', K_TOMBS, 'f\0' .. r.id, 'v\0' .. r.id) end
         for _, a in ipairs(r.l or {}) do
           redis.call('ZADD', K_NESTED, '0', a .. '\0' .. r.id)
         end

@@ -75,6 +75,7 @@ local PURGE_ALL = 1000        -- holders of a key a step checks for leftovers ev
 local MAX_RATE_PER = 86400000 -- ms in a rate's window, at most (rate lanes, issue 15)
 local RATE_LOG_MAX = 1000     -- (time, cost) pairs one rate key keeps; past it the two oldest merge
 local RATE_SCAN = 50          -- waiters of a rate key one hand-off looks at (grants go from its head)
+local REVOKED_TOMB = 60000    -- ms a revoked entry's release is remembered ("v" tombstone)
 
 -- The state of one step (a script run, or a call of the library's
 -- functions, which keep this file loaded between calls): begin sets it.
@@ -954,7 +955,8 @@ end
 -- operator) and returns what it was to that caller: "h" or "w"; "g" when
 -- it is not there or has ended (gone to its owner; a lender kept for its
 -- revoked borrowers stays); "l" when it has ended revoked (its lender's
--- hold ended first: the lease was lost, DESIGN.md invariant 10); "f" when
+-- hold ended first: the lease was lost, DESIGN.md invariant 10), and for
+-- REVOKED_TOMB after, while the tombstone "v\0id" it leaves lives; "f" when
 -- an operator released it since (a tombstone "f\0id" lives). An
 -- operator's release leaves that tombstone for tomb ms (0: none) and
 -- tells the owner. Every script that releases goes through here.
@@ -963,6 +965,7 @@ local function release_entry(id, by, tomb, touched)
   if EPOCH then e = load(id) end
   if not e or (by ~= '' and e.o ~= by) then
     if by ~= '' and EPOCH and tombed(id, 'f') then return 'f' end
+    if by ~= '' and EPOCH and tombed(id, 'v') then return 'l' end
     return 'g'
   end
   local was = e.s
@@ -970,6 +973,8 @@ local function release_entry(id, by, tomb, touched)
     -- gone to its owner: released by force since, revoked, or ended
     was = tombed(id, 'f') and 'f' or e.v and 'l' or 'g'
     if e.z then return was end -- a lender kept for its revoked borrowers stays
+    -- a later try of this release (its reply lost) is told "l" too
+    if was == 'l' then entomb(id, 'v', REVOKED_TOMB) end
   end
   if by == '' and tomb > 0 then FORCING = tomb end
   remove(e, touched)

@@ -16,7 +16,7 @@ import (
 // release reply was lost, is then told "released by force" by the retry:
 // Release reports ErrNotHolder although the lease was held until the
 // release and the release ran. Want nil, as testLostReleaseReplyIsSuccess
-// gets for an id without that history. Found by a review (core9).
+// gets for an id without that history. Found by a review.
 func testForcedTombstoneFailsReusedIDRelease(t *testing.T, inst Instance) {
 	old := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	first := acquire(t, old, req("r", "K", 1))
@@ -45,7 +45,7 @@ func testForcedTombstoneFailsReusedIDRelease(t *testing.T, inst Instance) {
 // (no hint came, as in testRevokedBorrowerReleaseIsLost). Want
 // ErrLeaseLost, as without the lost reply; an operator's "f" keeps its
 // answer across retries (a tombstone), a revocation's "l" does not.
-// Found by a review (core9).
+// Found by a review.
 func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 	f := &Faulty{Backend: noHints{inst.Backend}}
 	s := session(t, f, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
@@ -67,7 +67,7 @@ func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 // the release queued behind the callback is dropped because the Session is
 // closed by then (releaseLater: "after Close it releases nothing, as Close
 // releases every entry"). K stays blocked until the borrower's TTL runs
-// out (30s here) instead of passing on at once. Found by a review (core9).
+// out (30s here) instead of passing on at once. Found by a review.
 func testOnLostCloseLeaksRevokedBorrower(t *testing.T, inst Instance) {
 	s1 := session(t, inst.Backend)
 	s2 := session(t, inst.Backend)
@@ -104,7 +104,7 @@ func testOnLostCloseLeaksRevokedBorrower(t *testing.T, inst Instance) {
 // ErrLeaseLost for a borrower that was held until Close released it
 // (nothing ended its lender before the Close). A false alarm: want nil,
 // as for the lender, and as with ids in the other order. Found by a review
-// (core9).
+// .
 func testCloseOfLenderAndBorrowerIsNoLoss(t *testing.T, inst Instance) {
 	s := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	parent := acquire(t, s, req("a-parent", "K", 1))

@@ -21,12 +21,12 @@ import (
 // may be granted K once the reset's freeze ends. Close's answer per id
 // (closeErrs) looks at Forced and Revoked only, not at the epoch (nor the
 // local deadline) that Lease.release checks. Want ErrLeaseLost, as without
-// the Close. Found by a review (core9). Miniredis and real Redis.
+// the Close. Found by a review. Miniredis and real Redis.
 func TestReleaseAfterCloseOfResetStateReportsLoss(t *testing.T) {
 	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		for _, withClose := range []bool{false, true} {
-			b := redistest.Backend(t, c, "c9-") // each its own: a reset freezes K for the TTL
+			b := redistest.Backend(t, c, "close-reset-") // each its own: a reset freezes K for the TTL
 			s, err := lanes.NewSession(ctx, b, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 			if err != nil {
 				t.Fatal(err)
