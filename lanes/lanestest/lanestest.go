@@ -97,9 +97,9 @@ func Run(t *testing.T, h Harness) {
 		{"LostEnqueueReplyIsSettled", testLostEnqueueReplyIsSettled},
 		{"ExpiredHolderFreesDespiteBacklog", testExpiredHolderFreesDespiteBacklog},
 		{"RunRecords", testRunRecords},
-		{"ForcedTombstoneFailsReusedIDRelease", testForcedTombstoneFailsReusedIDRelease},
+		{"ReusedIDReleaseIgnoresOldTombstone", testReusedIDReleaseIgnoresOldTombstone},
 		{"RevokedBorrowerLostReleaseReply", testRevokedBorrowerLostReleaseReply},
-		{"OnLostCloseLeaksRevokedBorrower", testOnLostCloseLeaksRevokedBorrower},
+		{"OnLostCloseReleasesRevokedBorrower", testOnLostCloseReleasesRevokedBorrower},
 		{"CloseOfLenderAndBorrowerIsNoLoss", testCloseOfLenderAndBorrowerIsNoLoss},
 	}
 	run(t, h, append(tests, rateTests...))

@@ -17,7 +17,7 @@ import (
 // Release reports ErrNotHolder although the lease was held until the
 // release and the release ran. Want nil, as testLostReleaseReplyIsSuccess
 // gets for an id without that history. Found by a review.
-func testForcedTombstoneFailsReusedIDRelease(t *testing.T, inst Instance) {
+func testReusedIDReleaseIgnoresOldTombstone(t *testing.T, inst Instance) {
 	old := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	first := acquire(t, old, req("r", "K", 1))
 	if _, err := inst.Backend.Release(ctxT(t), "", []string{"r"}); err != nil {
@@ -68,7 +68,7 @@ func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 // closed by then (releaseLater: "after Close it releases nothing, as Close
 // releases every entry"). K stays blocked until the borrower's TTL runs
 // out (30s here) instead of passing on at once. Found by a review.
-func testOnLostCloseLeaksRevokedBorrower(t *testing.T, inst Instance) {
+func testOnLostCloseReleasesRevokedBorrower(t *testing.T, inst Instance) {
 	s1 := session(t, inst.Backend)
 	s2 := session(t, inst.Backend)
 	parent := acquire(t, s1, req("parent", "K", 1))
