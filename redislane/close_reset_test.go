@@ -16,12 +16,10 @@ import (
 // key was lost; no heartbeat ran between, none is due) is told so by its
 // own Release without a Close: the release answers "g" in another epoch,
 // ErrLeaseLost (PROTOCOL.md, What a client does, 8). After a Close, whose
-// release step got that very answer, Lease.Release reports nil: "released
-// by the Close", although the lease was lost before it, and another holder
-// may be granted K once the reset's freeze ends. Close's answer per id
-// (closeErrs) looks at Forced and Revoked only, not at the epoch (nor the
-// local deadline) that Lease.release checks. Want ErrLeaseLost, as without
-// the Close. Found by a review. Miniredis and real Redis.
+// release step got that very answer, Lease.Release reports the same: Close
+// checks the epoch and the local deadline as Lease.release does (before, it
+// reported nil, "released by the Close"). Found by a review. Miniredis and
+// real Redis.
 func TestReleaseAfterCloseOfResetStateReportsLoss(t *testing.T) {
 	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()

@@ -13,10 +13,10 @@ import (
 // on both backends), and "f does not stop an enqueue": the id may be used
 // again (a run restarted with the same run id enqueues the same entry
 // ids). A later lease of that id, held until its own release, whose first
-// release reply was lost, is then told "released by force" by the retry:
-// Release reports ErrNotHolder although the lease was held until the
-// release and the release ran. Want nil, as testLostReleaseReplyIsSuccess
-// gets for an id without that history. Found by a review.
+// release reply was lost, must not be told "released by force" by the
+// retry: Release reports nil, as testLostReleaseReplyIsSuccess gets for an
+// id without that history (before, ErrNotHolder: the enqueue kept the old
+// tombstone). Found by a review.
 func testReusedIDReleaseIgnoresOldTombstone(t *testing.T, inst Instance) {
 	old := session(t, noHints{inst.Backend}, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	first := acquire(t, old, req("r", "K", 1))
@@ -40,12 +40,10 @@ func testReusedIDReleaseIgnoresOldTombstone(t *testing.T, inst Instance) {
 
 // Invariant 10 with a lost reply: the owner's release of a revoked borrower
 // answers "l" and removes it; when that reply is lost, the Session's retry
-// finds "g" and reports nil ("held until the release", an earlier try
-// removed it), although the lease had been revoked before the release
-// (no hint came, as in testRevokedBorrowerReleaseIsLost). Want
-// ErrLeaseLost, as without the lost reply; an operator's "f" keeps its
-// answer across retries (a tombstone), a revocation's "l" does not.
-// Found by a review.
+// must still learn that the lease had been revoked before the release (no
+// hint came, as in testRevokedBorrowerReleaseIsLost): ErrLeaseLost, from
+// the "v" tombstone the first try left (before, the retry found "g" and
+// reported nil). Found by a review.
 func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 	f := &Faulty{Backend: noHints{inst.Backend}}
 	s := session(t, f, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
@@ -63,11 +61,10 @@ func testRevokedBorrowerLostReleaseReply(t *testing.T, inst Instance) {
 // borrower revoked when its lender was released is lost (hint, then
 // heartbeat "g") and its callback closes its Session. The revoked entry
 // stays in the backend, keeping its lender's slot of K, until its owner
-// releases it; but lose() untracked it, so Close does not release it, and
-// the release queued behind the callback is dropped because the Session is
-// closed by then (releaseLater: "after Close it releases nothing, as Close
-// releases every entry"). K stays blocked until the borrower's TTL runs
-// out (30s here) instead of passing on at once. Found by a review.
+// releases it; lose() untracked it, so Close does not release it: the
+// release queued behind the callback must run all the same, and K pass on
+// at once (before, it was dropped, and K stayed blocked until the
+// borrower's TTL ran out). Found by a review.
 func testOnLostCloseReleasesRevokedBorrower(t *testing.T, inst Instance) {
 	s1 := session(t, inst.Backend)
 	s2 := session(t, inst.Backend)
@@ -97,14 +94,12 @@ func testOnLostCloseReleasesRevokedBorrower(t *testing.T, inst Instance) {
 	}
 }
 
-// Close releases a Session's entries in one step, in id order. When a
-// lender's id sorts before its borrower's, the step removes the lender
-// first, which revokes the borrower, and then answers the borrower "l"
-// (revoked: Released.Revoked): Lease.Release after the Close reports
-// ErrLeaseLost for a borrower that was held until Close released it
-// (nothing ended its lender before the Close). A false alarm: want nil,
-// as for the lender, and as with ids in the other order. Found by a review
-// .
+// Close releases a Session's entries in one step. A lender removed before
+// its borrower in that step would revoke the borrower, and Lease.Release
+// after the Close would report ErrLeaseLost for a borrower held until
+// Close released it: Close releases borrowers first, and both report nil
+// (before, ids went in id order, the lender's "a-parent" first). Found by
+// a review.
 func testCloseOfLenderAndBorrowerIsNoLoss(t *testing.T, inst Instance) {
 	s := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	parent := acquire(t, s, req("a-parent", "K", 1))
