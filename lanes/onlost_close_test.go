@@ -8,13 +8,12 @@ import (
 	"github.com/lanes-dev/lanes/lanes"
 )
 
-// Session.Close called from an OnLost callback never returns: the callback
-// runs on a goroutine of the Session's background group (releaseLater),
-// and Close ends with s.bg.Wait(), which waits for that very goroutine.
-// OnLost is documented as the place to stop, for good, what runs under the
-// lease; shutting the Session down there is a natural thing to do. Not
-// introduced by 2f502da/6318b66 (874487b hangs too), found while checking
-// Release and Close from callbacks. Memory backend.
+// Session.Close called from an OnLost callback returns: OnLost is
+// documented as the place to stop, for good, what runs under the lease,
+// and shutting the Session down there is a natural thing to do. Before,
+// the callbacks ran on a goroutine of the Session's background group and
+// Close, which waits for that group, waited for itself. Found by a review.
+// Memory backend.
 func TestCloseFromOnLostCallbackReturns(t *testing.T) {
 	m := lanes.NewMemory()
 	ctx := context.Background()
