@@ -406,13 +406,14 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 		return startError(o.argv[0], err)
 	}
 	defer c.Guard(lease.Lost(), lease.OnLost, lease.Deadline, lease.Margin())()
-	var suspend chan os.Signal
+	var jobCtl chan os.Signal
 	if group {
 		// Ctrl-Z, or SIGTSTP sent to lanectl, does not reach a command in
-		// a group of its own: lanectl stops it along with itself.
-		suspend = make(chan os.Signal, 1)
-		signal.Notify(suspend, syscall.SIGTSTP)
-		defer signal.Stop(suspend)
+		// a group of its own: lanectl stops it along with itself. SIGCONT
+		// comes on the same channel.
+		jobCtl = make(chan os.Signal, 8)
+		signal.Notify(jobCtl, syscall.SIGTSTP, syscall.SIGCONT)
+		defer signal.Stop(jobCtl)
 	}
 	defer o.relay.Forward(func(s os.Signal) {
 		if sig, ok := s.(syscall.Signal); ok {
@@ -420,6 +421,7 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 		}
 	})()
 	interrupted := ctx.Done()
+	var lastCont time.Time // the last SIGCONT jobCtl brought
 	for {
 		select {
 		case <-interrupted:
@@ -429,8 +431,14 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 				sig = syscall.SIGTERM
 			}
 			_ = c.Signal(sig)
-		case <-suspend:
-			suspendWith(c, lease)
+		case sig := <-jobCtl:
+			// Signals that come together reach jobCtl in no set order: a
+			// SIGCONT just before a SIGTSTP may have been sent after it.
+			if sig == syscall.SIGCONT {
+				lastCont = time.Now()
+			} else if time.Since(lastCont) >= contWindow {
+				suspendWith(c, lease, jobCtl)
+			}
 		case <-c.Exited():
 			// What CMD left running in its group would run on without the
 			// keys: it goes before they are released.
@@ -440,26 +448,53 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 	}
 }
 
+// contWindow is how close a SIGCONT must come to a SIGTSTP, before or
+// after it on jobCtl, to undo it before lanectl stops anything (kill
+// -TSTP; kill -CONT sent together arrive in no set order).
+const contWindow = 20 * time.Millisecond
+
 // suspendWith stops lanectl and its command c together (SIGTSTP to
 // lanectl, whose command runs in a group of its own): stopped, lanectl
-// cannot renew the lease, so the command must not run meanwhile. Once
-// lanectl is continued, so is the command, unless the lease's local
-// deadline passed in between: the lease is then lost, and the guard kills
-// the command (SIGKILL ends a stopped process too) before it runs again.
-func suspendWith(c *supervise.Child, lease *lanes.Lease) {
+// cannot renew the lease, so nothing the command started may run
+// meanwhile (Child.Suspend: its group, and under a supervisor what left
+// it). Once lanectl is continued, so is the command, unless the lease's
+// local deadline passed in between: the lease is then lost, and the guard
+// kills the command (SIGKILL ends a stopped process too) before it runs
+// again. jobCtl brings SIGTSTP and SIGCONT: a SIGCONT that comes within
+// contWindow means the stop is over before it began.
+func suspendWith(c *supervise.Child, lease *lanes.Lease, jobCtl <-chan os.Signal) {
+	// A SIGCONT sent right behind the SIGTSTP (kill -TSTP; kill -CONT)
+	// reaches jobCtl a moment after it: one that comes within contWindow
+	// ends the stop before it began. (One that came later, before the
+	// SIGSTOP below took effect, would leave lanectl stopped until the
+	// next SIGCONT.)
+	window := time.NewTimer(contWindow)
+	defer window.Stop()
+	for waiting := true; waiting; {
+		select {
+		case sig := <-jobCtl:
+			if sig == syscall.SIGCONT {
+				return
+			}
+			// another SIGTSTP: one stop
+		case <-window.C:
+			waiting = false
+		}
+	}
+	c.Suspend()
 	// The stop of this process takes effect some time after kill returns:
 	// wait for the SIGCONT that ends it.
-	cont := make(chan os.Signal, 1)
-	signal.Notify(cont, syscall.SIGCONT)
-	defer signal.Stop(cont)
-	_ = c.Signal(syscall.SIGSTOP)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
-	<-cont
+	for sig := range jobCtl {
+		if sig == syscall.SIGCONT {
+			break
+		}
+	}
 	if lease.Err() != nil {
 		<-c.Exited() // the guard's SIGKILL
 		return
 	}
-	_ = c.Signal(syscall.SIGCONT)
+	c.Resume()
 }
 
 // inheritedLineage returns the lineage a lanectl command takes from the

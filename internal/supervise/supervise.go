@@ -120,6 +120,24 @@ func (c *Child) Signal(sig syscall.Signal) error {
 	return err
 }
 
+// Suspend stops the command's process group (SIGSTOP) and, under a
+// supervisor, every process the command started outside it: the runner is
+// about to stop too (job control) and cannot renew the lease meanwhile.
+func (c *Child) Suspend() {
+	_ = signal(c, syscall.SIGSTOP)
+	if c.sup != nil {
+		c.sup.stopAll()
+	}
+}
+
+// Resume continues what Suspend stopped.
+func (c *Child) Resume() {
+	if c.sup != nil {
+		c.sup.contAll()
+	}
+	_ = signal(c, syscall.SIGCONT)
+}
+
 // KillGroup sends SIGKILL to whatever is left of the command's process
 // group: once the command exited, the processes it left behind (under a
 // supervisor, gone already). It does nothing for a command without a group

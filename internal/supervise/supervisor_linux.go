@@ -136,6 +136,13 @@ func (s *supervision) close() { s.ours.Close() }
 // its lanes). A supervisor gone already is no error.
 func (s *supervision) killAll() { _, _ = s.ours.Write([]byte{'k'}) }
 
+// stopAll and contAll ask the supervisor to send SIGSTOP, or SIGCONT, to
+// every process the command started, in its group or not: the runner
+// stops with its command (job control), so nothing it started runs on
+// while the runner cannot renew its lease.
+func (s *supervision) stopAll() { _, _ = s.ours.Write([]byte{'S'}) }
+func (s *supervision) contAll() { _, _ = s.ours.Write([]byte{'C'}) }
+
 func init() {
 	if len(os.Args) < 3 || os.Args[0] != supervisorArg0 {
 		return
@@ -233,9 +240,16 @@ func supervisor(fd int, path string, argv []string) {
 			n, err := syscall.Read(fd, b[:])
 			switch {
 			case n > 0:
-				if !asked {
-					asked = true
-					close(now)
+				for _, c := range b[:n] {
+					switch {
+					case c == 'S':
+						signalTree(syscall.SIGSTOP)
+					case c == 'C':
+						signalTree(syscall.SIGCONT)
+					case !asked:
+						asked = true
+						close(now)
+					}
 				}
 			case err != syscall.EINTR:
 				close(orphaned)
@@ -407,6 +421,52 @@ func sweep(r *reaper, limit time.Duration) {
 			return
 		}
 	}
+}
+
+// signalTree sends sig to every descendant of the supervisor: the
+// command, what it started (in its group or not: a setsid child, a nested
+// lanectl lock and its own command), and the orphans it adopted. Twice, so
+// that a child forked during the first pass is reached too.
+func signalTree(sig syscall.Signal) {
+	for range 2 {
+		seen := map[int]bool{}
+		next := children()
+		for len(next) > 0 {
+			p := next[0]
+			next = next[1:]
+			if seen[p] {
+				continue
+			}
+			seen[p] = true
+			_ = syscall.Kill(p, sig)
+			next = append(next, childrenOf(p)...)
+		}
+	}
+}
+
+// childrenOf returns the pids of process p's children.
+func childrenOf(p int) []int {
+	var pids []int
+	if childrenFiles() {
+		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
+		for _, t := range tasks {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(p) + "/task/" + t.Name() + "/children")
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					pids = append(pids, c)
+				}
+			}
+		}
+		return pids
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		c, err := strconv.Atoi(e.Name())
+		if err == nil && parent(c) == p {
+			pids = append(pids, c)
+		}
+	}
+	return pids
 }
 
 // childrenFiles reports whether the kernel lists a task's children in

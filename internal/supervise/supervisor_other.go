@@ -17,3 +17,7 @@ func (*supervision) started(err error) (int, error) { return 0, err }
 func (*supervision) close() {}
 
 func (*supervision) killAll() {}
+
+func (*supervision) stopAll() {}
+
+func (*supervision) contAll() {}

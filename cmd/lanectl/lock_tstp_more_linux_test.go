@@ -9,21 +9,18 @@ import (
 	"time"
 )
 
-// The tests of this file attack lanectl lock's handling of SIGTSTP (Ctrl-Z)
+// The tests of this file check lanectl lock's handling of SIGTSTP (Ctrl-Z)
 // when its standard input is not a terminal (suspendWith): lanectl stops
-// its command's process group (SIGSTOP) and then itself, and waits for a
-// SIGCONT.
+// everything its command started (its group, and under the supervisor what
+// left it) and then itself, and waits for a SIGCONT. Each case was found by
+// a review.
 
 // TestLockTSTPThenCONTAtOnceLeavesLockRunning: SIGTSTP and, at once,
-// SIGCONT sent to lanectl lock (a job control that suspends and resumes,
-// `kill -TSTP $p; kill -CONT $p`). The SIGCONT may come before lanectl has
-// handled the SIGTSTP: lanectl, which listens for SIGCONT only once it
-// handles the SIGTSTP, then misses it, stops its command's group and
-// itself, and stays stopped, with its command, until someone sends
-// another SIGCONT; its lease expires meanwhile. Expected (as with the
-// default action of SIGTSTP, which a later SIGCONT always undoes): lanectl
-// and its command run on, and lock exits 0. Several tries, since the race
-// is lost only some of the time (about one try in three here). On
+// SIGCONT sent to lanectl lock (`kill -TSTP $p; kill -CONT $p`). The two
+// reach lanectl's channel in no set order, and the SIGCONT may come first:
+// lanectl must not stop then (before, it stopped with its command until
+// another SIGCONT, and its lease expired). lock runs on and exits 0.
+// Several tries, since the race was lost only some of the time. On
 // miniredis and real Redis.
 func TestLockTSTPThenCONTAtOnceLeavesLockRunning(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
@@ -66,12 +63,10 @@ func procState(pid int) string {
 
 // TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease: as
 // TestLockSuspendedByTSTPCommandDoesNotOutliveLease, with a command that
-// started a child outside its process group (setsid). lanectl's SIGSTOP
-// reaches the command's group, not that child: while lanectl is stopped
-// the child runs on, past the lease's expiry and while B holds k, until
-// lanectl is continued (its guard then kills it). Expected: no line of A's
-// (nor of its child's) after B's, while A is stopped. On miniredis and
-// real Redis.
+// started a child outside its process group (setsid). The supervisor stops
+// that child too (before, only the command's group was stopped, and the
+// child ran on past the lease's expiry while B held k). No line of A's
+// (nor of its child's) after B's. On miniredis and real Redis.
 func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 	requireSetsid(t)
 	forEachServer(t, func(t *testing.T, s *server) {
@@ -100,13 +95,11 @@ func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 
 // TestLockSuspendedByTSTPNestedLockCommandDoesNotOutliveLease: an outer
 // lanectl lock (key outer) whose command is a nested lanectl lock of k,
-// whose command writes A. SIGTSTP to the outer lanectl: it sends SIGSTOP to
-// its command's group, which stops the nested lanectl but not the nested
-// lanectl's command (in a process group of its own, under its own
-// supervisor). The nested lease on k expires (its lanectl cannot renew
-// it), B is granted k, and the nested command writes on until the outer
-// lanectl is continued. Expected: no line of A after B's. On miniredis and
-// real Redis.
+// whose command writes A. SIGTSTP to the outer lanectl stops the nested
+// lanectl's command too (in a process group of its own, under its own
+// supervisor: a descendant the outer supervisor reaches), so it does not
+// run on after the nested lease on k expires and B is granted k. No line
+// of A after B's. On miniredis and real Redis.
 func TestLockSuspendedByTSTPNestedLockCommandDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
