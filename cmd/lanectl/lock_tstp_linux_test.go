@@ -21,20 +21,35 @@ func TestLockSuspendedByTSTPCommandDoesNotOutliveLease(t *testing.T) {
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
 		a := startBin(t, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
 		writing(t, log, ready)
-		b := startBin(t, s.args("lock", "--ttl", "10s", "k", "--", "sh", "-c", `echo B >> "$0"`, log)...)
-		eventually(t, "B waits for k", func() bool {
-			snap := s.inspect(t)
-			return len(snap.Keys) == 1 && len(snap.Keys[0].Waiters) == 1
-		})
-		a.signal(t, syscall.SIGTSTP)
-		if code := b.wait(t); code != 0 {
-			t.Fatalf("B = %d: %s", code, b.stderr)
-		}
-		time.Sleep(300 * time.Millisecond) // a window for A's command to write, if it ran
-		a.signal(t, syscall.SIGCONT)
-		if code := a.wait(t); code != exitLeaseLost {
+		code := suspendPastLease(t, s, a, log)
+		if code != exitLeaseLost {
 			t.Errorf("A continued past its lease = %d; want %d (lease lost): %s", code, exitLeaseLost, a.stderr)
 		}
 		checkFirstThenSecond(t, logLines(t, log), "A", "B")
 	})
+}
+
+// suspendPastLease starts B, a lock of k that appends "B" to log, waits
+// until it waits for k, then stops a (SIGTSTP), which holds k with a TTL
+// short enough that B is granted k while a is stopped; it gives a's command
+// a window to write, if it ran, continues a (SIGCONT), and returns a's
+// exit status.
+func suspendPastLease(t *testing.T, s *server, a *proc, log string) int {
+	t.Helper()
+	b := startBin(t, s.args("lock", "--ttl", "10s", "k", "--", "sh", "-c", `echo B >> "$0"`, log)...)
+	eventually(t, "B waits for k", func() bool {
+		for _, k := range s.inspect(t).Keys {
+			if k.Key == "k" && len(k.Waiters) == 1 {
+				return true
+			}
+		}
+		return false
+	})
+	a.signal(t, syscall.SIGTSTP)
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("B = %d: %s", code, b.stderr)
+	}
+	time.Sleep(300 * time.Millisecond) // a window for what a started to write, if it ran
+	a.signal(t, syscall.SIGCONT)
+	return a.wait(t)
 }

@@ -76,20 +76,8 @@ func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 		writing(t, log, ready)
 		esc := pidIn(ready + ".esc")
 		t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
-		b := startBin(t, s.args("lock", "--ttl", "10s", "k", "--", "sh", "-c", `echo B >> "$0"`, log)...)
-		eventually(t, "B waits for k", func() bool {
-			snap := s.inspect(t)
-			return len(snap.Keys) == 1 && len(snap.Keys[0].Waiters) == 1
-		})
-		a.signal(t, syscall.SIGTSTP)
-		if code := b.wait(t); code != 0 {
-			t.Fatalf("B = %d: %s", code, b.stderr)
-		}
-		time.Sleep(300 * time.Millisecond) // A is still stopped
-		lines := logLines(t, log)
-		a.signal(t, syscall.SIGCONT)
-		a.wait(t)
-		checkFirstThenSecond(t, lines, "A", "B")
+		suspendPastLease(t, s, a, log)
+		checkFirstThenSecond(t, logLines(t, log), "A", "B")
 	})
 }
 
@@ -107,23 +95,7 @@ func TestLockSuspendedByTSTPNestedLockCommandDoesNotOutliveLease(t *testing.T) {
 		inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
 		a := startBin(t, s.args(append([]string{"lock", "--ttl", "30s", "outer", "--"}, inner...)...)...)
 		writing(t, log, ready)
-		b := startBin(t, s.args("lock", "--ttl", "10s", "k", "--", "sh", "-c", `echo B >> "$0"`, log)...)
-		eventually(t, "B waits for k", func() bool {
-			for _, k := range s.inspect(t).Keys {
-				if len(k.Waiters) == 1 {
-					return true
-				}
-			}
-			return false
-		})
-		a.signal(t, syscall.SIGTSTP)
-		if code := b.wait(t); code != 0 {
-			t.Fatalf("B = %d: %s", code, b.stderr)
-		}
-		time.Sleep(300 * time.Millisecond) // the outer lanectl is still stopped
-		lines := logLines(t, log)
-		a.signal(t, syscall.SIGCONT)
-		a.wait(t)
-		checkFirstThenSecond(t, lines, "A", "B")
+		suspendPastLease(t, s, a, log)
+		checkFirstThenSecond(t, logLines(t, log), "A", "B")
 	})
 }
