@@ -31,6 +31,20 @@ func TestPasswordWhereTheURLGoesNeverPrinted(t *testing.T) {
 // eachURLSource runs lanectl cmd with url given each way a Redis URL
 // comes (--redis, LANES_REDIS_URL, --redis-url-file) and calls check with
 // the way's name and the output.
+// secretNeverPrinted runs cmd with each of urls, from each source, and
+// checks that the output is one line on stderr that does not show secret.
+func secretNeverPrinted(t *testing.T, cmd, secret string, urls ...string) {
+	t.Helper()
+	for _, u := range urls {
+		eachURLSource(t, u, cmd, func(how, stdout, stderr string) {
+			assertOneLine(t, stderr)
+			if strings.Contains(stdout+stderr, secret) {
+				t.Errorf("%s %q: output %q shows the password", how, u, stdout+stderr)
+			}
+		})
+	}
+}
+
 func eachURLSource(t *testing.T, url, cmd string, check func(how, stdout, stderr string)) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "url")
