@@ -273,19 +273,20 @@ func (s *Session) releaseIDs(ids []string) {
 	})
 }
 
-// release removes id from the backend with step (nil: a Release step) on a
+// release removes e from the backend with step (nil: a Release step) on a
 // context detached from ctx's cancellation, bounded by the release timeout,
 // trying again while the backend cannot be reached. It reports what the
 // entry was, whether an operator had released it by force, and the epoch of
 // the backend's state the step saw.
-func (s *Session) release(ctx context.Context, id string, step func(context.Context, []string) (Released, error)) (r releasedOne, err error) {
+func (s *Session) release(ctx context.Context, e *entry, step func(context.Context, []string) (Released, error)) (r releasedOne, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
+	id := e.id
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			rs, _, err = s.rel.do(ctx, []string{id})
+			rs, _, err = s.rel.do(ctx, []releaseItem{{id, e.depth}})
 			return err
 		})
 		if err != nil {

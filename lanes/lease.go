@@ -112,7 +112,7 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 	if pending {
 		return nil // its Enqueue step settles it
 	}
-	_, rerr := s.release(ctx, e.id, nil)
+	_, rerr := s.release(ctx, e, nil)
 	return rerr
 }
 
@@ -269,30 +269,26 @@ func (l *Lease) Err() error {
 // ErrNotHolder or ErrLeaseLost of a lease lost before the Close. Later
 // calls return the first result.
 func (l *Lease) Release(ctx context.Context) error {
-	l.once.Do(func() {
-		l.rerr = l.release(ctx, func(ctx context.Context, ids []string) (Released, error) {
-			if len(ids) == 0 {
-				return Released{}, nil
-			}
-			return l.s.b.Release(ctx, l.s.owner.ID, ids)
-		})
-	})
+	l.once.Do(func() { l.rerr = l.release(ctx, nil) })
 	return l.rerr
 }
 
 // release ends the lease and removes its entry from the backend with step
-// (a Release or a Record step).
+// (a Record step), or with a Release step merged with other callers' when
+// step is nil.
 func (l *Lease) release(ctx context.Context, step func(context.Context, []string) (Released, error)) error {
 	s, e := l.s, l.e
 	s.mu.Lock()
 	if err := l.errLocked(); err != nil {
 		s.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
-		_ = retry(rctx, s.interval, func(ctx context.Context) error {
-			_, err := step(ctx, nil) // a record, if step makes one
-			return err
-		})
-		cancel()
+		if step != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
+			_ = retry(rctx, s.interval, func(ctx context.Context) error {
+				_, err := step(ctx, nil) // only its record
+				return err
+			})
+			cancel()
+		}
 		if errors.Is(err, ErrLeaseLost) {
 			return err
 		}
@@ -314,6 +310,9 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
 	if !inBackend {
+		if step == nil {
+			return nil // it took no lane
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 		defer cancel()
 		return retry(rctx, s.interval, func(ctx context.Context) error {
@@ -321,7 +320,7 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 			return err
 		})
 	}
-	r, err := s.release(ctx, e.id, step)
+	r, err := s.release(ctx, e, step)
 	if err != nil {
 		return err
 	}

@@ -53,8 +53,8 @@ type Session struct {
 	inflight time.Time                // when the heartbeat now in flight was sent; zero when none
 	closed   bool
 
-	enq *batcher[Request, Status]     // Enqueue steps of concurrent callers, merged
-	rel *batcher[string, releasedOne] // Release steps of concurrent leases, merged
+	enq *batcher[Request, Status]          // Enqueue steps of concurrent callers, merged
+	rel *batcher[releaseItem, releasedOne] // Release steps of concurrent leases, merged
 
 	kick chan struct{} // wakes the loop for hinted entries
 	stop chan struct{}
@@ -368,6 +368,13 @@ func releasedAt(r Released, i, n int) releasedOne {
 		revoked: len(r.Revoked) == n && r.Revoked[i], epoch: r.Epoch}
 }
 
+// releaseItem is one entry of a Release step: its id, and the number of
+// ancestors its request's lineage names.
+type releaseItem struct {
+	id    string
+	depth int
+}
+
 // errStepShape is a step answered with the wrong number of results.
 var errStepShape = fmt.Errorf("%w: the backend answered a step with the wrong number of results", ErrUnavailable)
 
@@ -380,9 +387,22 @@ func (s *Session) batchers() {
 		},
 		split: func(err error) bool { return errors.Is(err, ErrLimitMismatch) || errors.Is(err, ErrInvalid) },
 	}
-	s.rel = &batcher[string, releasedOne]{
+	s.rel = &batcher[releaseItem, releasedOne]{
 		max: releasePiece,
-		run: func(ctx context.Context, ids []string) ([]releasedOne, error) {
+		run: func(ctx context.Context, items []releaseItem) ([]releasedOne, error) {
+			// Borrowers before their lenders (deeper lineages first), as
+			// Close orders its ids: a lender released first would revoke
+			// its borrower within the step, and the borrower's lease would
+			// read as lost.
+			order := make([]int, len(items))
+			for i := range order {
+				order[i] = i
+			}
+			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(items[b].depth, items[a].depth) })
+			ids := make([]string, len(items))
+			for i, j := range order {
+				ids[i] = items[j].id
+			}
 			r, err := s.b.Release(ctx, s.owner.ID, ids)
 			if err != nil {
 				return nil, err
@@ -391,8 +411,8 @@ func (s *Session) batchers() {
 				return nil, errStepShape
 			}
 			out := make([]releasedOne, len(ids))
-			for i := range ids {
-				out[i] = releasedAt(r, i, len(ids))
+			for i, j := range order {
+				out[j] = releasedAt(r, i, len(ids))
 			}
 			return out, nil
 		},
