@@ -18,7 +18,8 @@ type pairOfProcs struct {
 	waiterRT       atomic.Int64 // round trips of the waiter's client, if counted
 	s              samples
 	rel            samples // the holder's release call alone: it grants the waiter
-	relFree        samples // the waiter's release after its grant: it grants nobody
+	relIdle        samples // the holder's release after the same pause, with no waiter: it grants nobody
+	relFree        samples // the waiter's release at once after its grant: it grants nobody
 	rtSum          int64   // waiter round trips from the release to the grant
 }
 
@@ -38,18 +39,32 @@ type pairOfProcs struct {
 // Each contender gets cfg.handoffs handoffs or cfg.handoffTime, whichever
 // ends first, spread over rounds taken in turn.
 //
-// Beside the handoffs it times two releases of each contender on that key:
-// the holder's, which has a waiter to grant (for lanes, the script grants
-// it; the pollers' waiter takes the key on its next attempt), and the
-// waiter's own once granted, which has nobody to grant. And before each
-// contender's turn in each round it times rttProbes raw round trips (one
-// EVALSHA of `return 1` on a client of its own): the round trip the
-// handoffs are divided by, measured in the same minutes.
+// Beside the handoffs it times three releases of each contender on that
+// key: the holder's, which has a waiter to grant (for lanes, the script
+// grants it; the pollers' waiter takes the key on its next attempt); after
+// each handoff, a release of the holder's after a pause drawn as the
+// hold's, with no waiter (the control: the same call after the same idle
+// time, which grants nobody); and the waiter's own release at once after
+// its grant. And it times raw round trips (one EVALSHA of `return 1` on a
+// client of its own): rttProbes in a row before each contender's turn in
+// each round, and one after each handoff's control release, after a pause
+// drawn as the hold's. On a machine whose CPUs idle during the pause (a
+// VM's vCPUs sleep), the first round trip after it costs more than one in
+// a row; the handoff is compared with both.
 func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error {
 	var ps []*pairOfProcs
 	probe := e.newClient(e.clientName("floor-rtt", "handoff", 9), nil)
 	defer probe.Close()
-	var rtt samples
+	var rtt, rttPause samples
+	pausedRoundTrip := func(pause time.Duration) error {
+		time.Sleep(pause)
+		t0 := time.Now()
+		if err := returnOne.Run(ctx, probe, nil).Err(); err != nil {
+			return fmt.Errorf("raw round trip: %w", err)
+		}
+		rttPause.add(time.Since(t0))
+		return nil
+	}
 	roundTrip := func(record bool) error {
 		for range rttProbes {
 			t0 := time.Now()
@@ -85,7 +100,7 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 			return err
 		}
 		ps = append(ps, p)
-		if err := p.run(ctx, handoffWarmup, time.Minute, false); err != nil {
+		if err := p.run(ctx, handoffWarmup, time.Minute, false, nil); err != nil {
 			return fmt.Errorf("%s: %w", k.id, err)
 		}
 	}
@@ -95,7 +110,7 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 			if err := roundTrip(true); err != nil {
 				return err
 			}
-			if err := ps[i].run(ctx, per, e.cfg.handoffTime/rounds, true); err != nil {
+			if err := ps[i].run(ctx, per, e.cfg.handoffTime/rounds, true, pausedRoundTrip); err != nil {
 				return fmt.Errorf("%s: %w", ps[i].k.id, err)
 			}
 		}
@@ -107,13 +122,15 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 		rts := float64(p.rtSum) / float64(max(n, 1))
 		res.set(id, "handrt", rts)
 		res.set(id, "relg50", us(p.rel.pct(50)))
-		res.set(id, "reln50", us(p.relFree.pct(50)))
-		res.note("handoff %s: n=%d, p90 %s, max %s; release call p50 %s with a waiter, %s with none; waiter round trips per handoff after the release %.2f",
-			id, n, fmtUS(us(p.s.pct(90))), fmtUS(us(p.s.pct(100))), fmtUS(us(p.rel.pct(50))), fmtUS(us(p.relFree.pct(50))), rts)
+		res.set(id, "reln50", us(p.relIdle.pct(50)))
+		res.note("handoff %s: n=%d, p90 %s, max %s; release call p50 %s with a waiter, %s with none after the same pause, %s with none at once after a grant; waiter round trips per handoff after the release %.2f",
+			id, n, fmtUS(us(p.s.pct(90))), fmtUS(us(p.s.pct(100))), fmtUS(us(p.rel.pct(50))), fmtUS(us(p.relIdle.pct(50))), fmtUS(us(p.relFree.pct(50))), rts)
 	}
 	if len(ps) > 0 {
 		res.set(envRow, "rtt", us(rtt.pct(50)))
-		res.note("raw round trip beside the handoffs (EVALSHA `return 1`): n=%d, p50 %s, p90 %s", rtt.len(), fmtUS(us(rtt.pct(50))), fmtUS(us(rtt.pct(90))))
+		res.set(envRow, "rttp", us(rttPause.pct(50)))
+		res.note("raw round trip beside the handoffs (EVALSHA `return 1`): in a row n=%d, p50 %s, p90 %s; after a pause n=%d, p50 %s, p90 %s",
+			rtt.len(), fmtUS(us(rtt.pct(50))), fmtUS(us(rtt.pct(90))), rttPause.len(), fmtUS(us(rttPause.pct(50))), fmtUS(us(rttPause.pct(90))))
 	}
 	return nil
 }
@@ -122,8 +139,11 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 // turn of handoffs.
 const rttProbes = 5
 
-// run makes up to n handoffs within budget (at least one).
-func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, record bool) error {
+// run makes up to n handoffs within budget (at least one), recording
+// their samples when record. paused, when not nil, is given a pause drawn
+// as the hold's after each handoff's control release, and times a raw
+// round trip after it.
+func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, record bool, paused func(time.Duration) error) error {
 	type grant struct {
 		at  time.Time
 		rt  int64
@@ -132,6 +152,7 @@ func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, reco
 	}
 	deadline := time.Now().Add(budget)
 	spread := max(5*time.Millisecond, p.k.pollMax)
+	hold := func() time.Duration { return 2*time.Millisecond + rand.N(spread) }
 	for i := 0; i < n && (i == 0 || time.Now().Before(deadline)); i++ {
 		rel, err := p.holder.Acquire(ctx, "k")
 		if err != nil {
@@ -143,7 +164,7 @@ func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, reco
 			r, err := p.waiter.Acquire(wctx, "k")
 			got <- grant{at: time.Now(), rt: p.waiterRT.Load(), rel: r, err: err}
 		}()
-		time.Sleep(2*time.Millisecond + rand.N(spread))
+		time.Sleep(hold())
 		rt0 := p.waiterRT.Load()
 		t0 := time.Now()
 		if err := rel(); err != nil {
@@ -165,8 +186,26 @@ func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, reco
 		if err := g.rel(); err != nil {
 			return fmt.Errorf("waiter release: %w", err)
 		}
-		if record {
-			p.relFree.add(time.Since(t1))
+		if !record {
+			continue
+		}
+		p.relFree.add(time.Since(t1))
+		if paused == nil {
+			continue
+		}
+		// The control: the same release after the same pause, no waiter.
+		rel, err = p.holder.Acquire(ctx, "k")
+		if err != nil {
+			return fmt.Errorf("holder acquire: %w", err)
+		}
+		time.Sleep(hold())
+		t2 := time.Now()
+		if err := rel(); err != nil {
+			return fmt.Errorf("holder release: %w", err)
+		}
+		p.relIdle.add(time.Since(t2))
+		if err := paused(hold()); err != nil {
+			return err
 		}
 	}
 	return nil

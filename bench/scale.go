@@ -146,10 +146,10 @@ func (r *scaleRow) handoffBeside(ctx context.Context, e *env) error {
 		}
 	}
 	p := &pairOfProcs{k: &kind{id: "lanes"}, holder: holder, waiter: waiter}
-	if err := p.run(ctx, handoffWarmup, time.Minute, false); err != nil {
+	if err := p.run(ctx, handoffWarmup, time.Minute, false, nil); err != nil {
 		return err
 	}
-	if err := p.run(ctx, math.MaxInt, scaleHandoffTime, true); err != nil {
+	if err := p.run(ctx, math.MaxInt, scaleHandoffTime, true, nil); err != nil {
 		return err
 	}
 	r.hand = &p.s
