@@ -3,7 +3,9 @@ package redislane
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,6 +24,13 @@ type Report struct {
 	Problems  []string // one line each: an entry or member and what is wrong
 	Repairs   []string // what Doctor changed (with repair set)
 	Reaped    int      // expired entries removed (with repair set)
+	// Resets counts the resets of the namespace's state since it was made
+	// (a state key vanished, or a repair reset it): each ended every lease
+	// and waiter. Frozen is how long after Doctor's check grants are still
+	// held back by the last reset (docs/PROTOCOL.md, "Reset and freeze");
+	// 0 when they are not. Neither is a problem: OK does not look at them.
+	Resets int64
+	Frozen time.Duration
 }
 
 // OK reports whether Doctor found nothing wrong.
@@ -124,6 +133,11 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 			break
 		}
 	}
+	if r.Epoch != "" {
+		if err := b.resetState(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	if repair && len(r.Legacy) > 0 {
 		// Protocol 1 kept each entry's deadline in the deadlines key; where
 		// protocol 2's state is there, those of protocol 1 are gone.
@@ -144,6 +158,32 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// resetState reads into r the namespace's count of resets (meta's
+// "resets") and the freeze its marker holds (docs/PROTOCOL.md, "Markers").
+func (b *Backend) resetState(ctx context.Context, r *Report) error {
+	var resets, marker *redis.StringCmd
+	var now *redis.TimeCmd
+	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		resets = p.HGet(ctx, b.keys[5], "resets")
+		marker = p.HGet(ctx, b.keys[1], "\x00")
+		now = p.Time(ctx)
+		return nil
+	})
+	if err != nil && err != redis.Nil {
+		return b.mapErr(err)
+	}
+	r.Resets, _ = strconv.ParseInt(resets.Val(), 10, 64)
+	// "<protocol> <epoch> <frozen> <maxttl> <tombs>": frozen in ms of the
+	// Redis clock.
+	if f := strings.Fields(marker.Val()); len(f) >= 3 {
+		frozen, _ := strconv.ParseInt(f[2], 10, 64)
+		if left := frozen - now.Val().UnixMilli(); left > 0 {
+			r.Frozen = time.Duration(left) * time.Millisecond
+		}
+	}
+	return nil
 }
 
 // now returns the Redis clock in ms, or 0 when it cannot be read.

@@ -143,6 +143,12 @@ func writeReport(w io.Writer, r *redislane.Report) error {
 		epoch = "none (no state)"
 	}
 	fmt.Fprintf(w, "namespace %s, epoch %s\n", r.Namespace, epoch)
+	if r.Resets > 0 {
+		fmt.Fprintf(w, "reset %s since it was made (a state key was lost, or a repair): each ended every lease and waiter\n", plural(int(r.Resets), "time"))
+	}
+	if r.Frozen > 0 {
+		fmt.Fprintf(w, "no grants for %s: the last reset holds them back until every lease granted before it has run out\n", ms(r.Frozen.Milliseconds()))
+	}
 	for _, k := range r.Missing {
 		if len(r.Repairs) > 0 {
 			fmt.Fprintf(w, "missing: %s\n", cell(k))
@@ -206,10 +212,13 @@ type doctorView struct {
 	Problems  []string `json:"problems"`
 	Repairs   []string `json:"repairs"`
 	Reaped    int      `json:"reaped"`
+	Resets    int64    `json:"resets"`    // resets of the namespace's state since it was made
+	FrozenMS  int64    `json:"frozen_ms"` // how long grants are still held back by the last reset; 0: they are not
 }
 
 func newDoctorView(r *redislane.Report) doctorView {
 	list := func(l []string) []string { return append([]string{}, l...) }
 	return doctorView{Namespace: r.Namespace, Epoch: r.Epoch, OK: r.OK(), Missing: list(r.Missing),
-		Legacy: list(r.Legacy), Problems: list(r.Problems), Repairs: list(r.Repairs), Reaped: r.Reaped}
+		Legacy: list(r.Legacy), Problems: list(r.Problems), Repairs: list(r.Repairs), Reaped: r.Reaped,
+		Resets: r.Resets, FrozenMS: r.Frozen.Milliseconds()}
 }

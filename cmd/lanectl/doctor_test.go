@@ -119,3 +119,32 @@ func TestDoctorReportLines(t *testing.T) {
 		t.Errorf("report of an unused namespace = %q; want it to say it holds no state", b.String())
 	}
 }
+
+// After a step reset the namespace on its own (a state key vanished), doctor
+// finds nothing to repair yet says so: how many resets the namespace has had
+// and how long grants are still held back (miniredis and real Redis).
+func TestDoctorTellsOfAnAutomaticReset(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		populate(t, s)
+		ctx := context.Background()
+		if err := s.c.Del(ctx, s.b.Keys()[2]).Err(); err != nil { // the queue
+			t.Fatal(err)
+		}
+		// The next step finds the queue gone and resets the state.
+		if _, err := s.b.Heartbeat(ctx, "someone", time.Minute, []string{"x"}); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := runInProcess(t, s.args("doctor")...)
+		if code != exitOK || !strings.Contains(out, "no problem found") || !strings.Contains(out, "reset 1 time since it was made") || !strings.Contains(out, "no grants for ") {
+			t.Fatalf("doctor after an automatic reset = %d, %q, %q; want 0, no problem, the reset and the freeze told", code, out, stderr)
+		}
+		code, out, _ = runInProcess(t, s.args("doctor", "--json")...)
+		var r struct {
+			Resets   int64 `json:"resets"`
+			FrozenMS int64 `json:"frozen_ms"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil || code != exitOK || r.Resets != 1 || r.FrozenMS <= 0 {
+			t.Fatalf("doctor --json after an automatic reset = %d, %s (%v); want resets 1 and frozen_ms > 0", code, out, err)
+		}
+	})
+}

@@ -119,7 +119,7 @@ func writeStatusTable(out io.Writer, v statusView) error {
 	}
 	row(append(header, "TENANT", "FOR", "LEASE LEFT")...)
 	for _, k := range v.Keys {
-		key, limit := cell(k.Key), strconv.Itoa(k.Limit)
+		key, limit := ident(k.Key), strconv.Itoa(k.Limit)
 		if k.Rate != nil && k.Limit == lanes.MaxLimit {
 			limit = "-" // bounded by its rate alone
 		}
@@ -128,12 +128,12 @@ func writeStatusTable(out io.Writer, v statusView) error {
 			if h.Ended {
 				state = "ended"
 			}
-			cells := []string{key, limit, state, cell(h.Entry), strconv.FormatUint(h.Token, 10), "-", owner(h.Host, h.PID)}
+			cells := []string{key, limit, state, ident(h.Entry), strconv.FormatUint(h.Token, 10), "-", owner(h.Host, h.PID)}
 			cells = append(cells, what(h.Tool, h.CallID, h.Command)...)
 			row(append(cells, cell(h.Tenant), ms(h.HeldMS), ms(h.LeaseLeftMS))...)
 		}
 		for _, w := range k.Waiters {
-			cells := []string{key, limit, "waiting", cell(w.Entry), "-", strconv.Itoa(w.Position), owner(w.Host, w.PID)}
+			cells := []string{key, limit, "waiting", ident(w.Entry), "-", strconv.Itoa(w.Position), owner(w.Host, w.PID)}
 			cells = append(cells, what(w.Tool, w.CallID, w.Command)...)
 			row(append(cells, cell(w.Tenant), ms(w.WaitingMS), "-")...)
 		}
@@ -163,7 +163,7 @@ func writeRateTable(out io.Writer, v statusView) error {
 		if k.Rate.Spent >= k.Rate.Limit {
 			next = ms(k.Rate.NextFreeMS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%d\n", cell(k.Key), k.Rate.Rate, k.Rate.Spent, k.Rate.Limit, next, len(k.Waiters))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%d\n", ident(k.Key), k.Rate.Rate, k.Rate.Spent, k.Rate.Limit, next, len(k.Waiters))
 	}
 	if tw == nil {
 		return nil
@@ -182,7 +182,7 @@ func (p tablePrinter) Keys(v keysView) error {
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tLIMIT\tHOLDERS\tWAITERS")
 	for _, k := range v.Keys {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", cell(k.Key), k.Limit, k.Holders, k.Waiters)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", ident(k.Key), k.Limit, k.Holders, k.Waiters)
 	}
 	return tw.Flush()
 }
@@ -226,6 +226,17 @@ func cell(s string) string {
 		return "-"
 	}
 	return clean(s, maxCell)
+}
+
+// ident makes a lane key or an entry id fit a table cell without cutting
+// it: a user copies it into other commands (release, lock --id), and two
+// long keys that differ at the end must not print alike. Keys and ids hold
+// no control characters; what clean replaces is for a damaged record.
+func ident(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return clean(s, lanes.MaxKeyLen)
 }
 
 // clean is s on one line, safe for a terminal (every space, control and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,32 @@ func TestJSONKeepsAngleBrackets(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), `"a<b>&c"`) {
 		t.Errorf("--json = %s; want <, > and & as they are", b.String())
+	}
+}
+
+// Keys and entry ids print whole in status and keys tables, however long:
+// a user copies them into other commands, and two that differ at the end
+// must not print alike.
+func TestStatusPrintsLongKeysWhole(t *testing.T) {
+	key := strings.Repeat("k", 300) + "-end"
+	id := strings.Repeat("e", 200) + "-tail"
+	v := statusView{Namespace: "ns", Server: "redis://127.0.0.1:6379", Keys: []statusKey{{Key: key, Limit: 1,
+		Holders: []holderView{{Entry: id, Token: 1, Host: "h", PID: 1}},
+		Waiters: []waiterView{{Entry: id + "2", Position: 1, Host: "h", PID: 2}}}}}
+	var buf bytes.Buffer
+	if err := (tablePrinter{&buf}).Status(v); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{key, id, id + "2"} {
+		if !strings.Contains(buf.String(), want+" ") {
+			t.Errorf("status table:\n%s\nwant %s…%s whole", buf.String(), want[:8], want[len(want)-8:])
+		}
+	}
+	buf.Reset()
+	if err := (tablePrinter{&buf}).Keys(keysView{Namespace: "ns", Keys: []keyCount{{Key: key, Limit: 1, Holders: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), key+" ") {
+		t.Errorf("keys table:\n%s\nwant the key whole", buf.String())
 	}
 }

@@ -198,7 +198,7 @@ func confirm(r io.Reader, w io.Writer, ids []string, known map[string]entryInfo)
 		case "y", "yes":
 			out = append(out, id)
 		default:
-			fmt.Fprintf(w, "left %s alone\n", cell(id))
+			fmt.Fprintf(w, "left %s alone\n", ident(id))
 		}
 	}
 	return out
@@ -215,7 +215,7 @@ func evictQuestion(id string, e entryInfo) string {
 	if host == "" {
 		host = "?"
 	}
-	return fmt.Sprintf("evict %s (%s %s) of %s?", cell(id), what, strings.Join(e.keys, ", "), cell(host)+":"+strconv.Itoa(e.pid))
+	return fmt.Sprintf("evict %s (%s %s) of %s?", ident(id), what, strings.Join(e.keys, ", "), cell(host)+":"+strconv.Itoa(e.pid))
 }
 
 // dedupe returns ids without repeats, in first-seen order.
