@@ -8,9 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -165,6 +167,7 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	// answers: one that comes before the run pauses it before any call.
 	pause, stopPause := pauseOnSIGUSR1()
 	defer stopPause()
+	defer stopWithTools()()
 	// A batch started by a tool or a lock command runs nested under it
 	// (DESIGN.md invariant 10): its calls re-enter the lanes their parent
 	// holds, and a cycle fails at once.
@@ -290,6 +293,44 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		return &interruptError{sig: sig, msg: fmt.Sprintf("interrupted by %s: the batch was cancelled; its outcomes are above", signalName(sig))}
 	}
 	return nil
+}
+
+// stopWithTools makes Ctrl-Z (SIGTSTP) stop the batch's tool commands with
+// lanectl: they run in process groups of their own, which a terminal's
+// stop does not reach, and would run on while lanectl, stopped, renews no
+// lease, into the turn of the lanes' next holders. Once lanectl is
+// continued, each command whose lease is still held continues; one whose
+// lease's deadline passed is killed before it runs again (batch.Suspend),
+// and its call ends as a lost lease does. The returned function ends the
+// handling (SIGTSTP stops lanectl alone again).
+func stopWithTools() (stop func()) {
+	jobCtl := make(chan os.Signal, 8)
+	signal.Notify(jobCtl, syscall.SIGTSTP, syscall.SIGCONT)
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		var lastCont time.Time // the last SIGCONT jobCtl brought
+		for {
+			select {
+			case <-done:
+				return
+			case sig := <-jobCtl:
+				// Signals that come together reach jobCtl in no set
+				// order: a SIGCONT just before a SIGTSTP may have been
+				// sent after it.
+				if sig == syscall.SIGCONT {
+					lastCont = time.Now()
+				} else if time.Since(lastCont) >= contWindow {
+					stopTogether(jobCtl, batch.Suspend)
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(jobCtl)
+		close(done)
+		<-finished
+	}
 }
 
 // withoutLanes returns cfg as a runtime without lanes runs it: every call

@@ -460,9 +460,26 @@ const contWindow = 20 * time.Millisecond
 // it). Once lanectl is continued, so is the command, unless the lease's
 // local deadline passed in between: the lease is then lost, and the guard
 // kills the command (SIGKILL ends a stopped process too) before it runs
-// again. jobCtl brings SIGTSTP and SIGCONT: a SIGCONT that comes within
-// contWindow means the stop is over before it began.
+// again. jobCtl brings SIGTSTP and SIGCONT (stopTogether).
 func suspendWith(c *supervise.Child, lease *lanes.Lease, jobCtl <-chan os.Signal) {
+	stopTogether(jobCtl, func() func() {
+		c.Suspend()
+		return func() {
+			if lease.Err() != nil {
+				<-c.Exited() // the guard's SIGKILL
+				return
+			}
+			c.Resume()
+		}
+	})
+}
+
+// stopTogether stops lanectl with what suspend stops (the commands it runs
+// in process groups of their own, which a terminal's stop does not reach),
+// and once lanectl is continued calls the resume suspend returned. jobCtl
+// brings SIGTSTP and SIGCONT: a SIGCONT that comes within contWindow means
+// the stop is over before it began, and nothing is stopped.
+func stopTogether(jobCtl <-chan os.Signal, suspend func() (resume func())) {
 	// A SIGCONT sent right behind the SIGTSTP (kill -TSTP; kill -CONT)
 	// reaches jobCtl a moment after it: one that comes within contWindow
 	// ends the stop before it began. (One that came later, before the
@@ -481,7 +498,7 @@ func suspendWith(c *supervise.Child, lease *lanes.Lease, jobCtl <-chan os.Signal
 			waiting = false
 		}
 	}
-	c.Suspend()
+	resume := suspend()
 	// The stop of this process takes effect some time after kill returns:
 	// wait for the SIGCONT that ends it.
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
@@ -490,11 +507,7 @@ func suspendWith(c *supervise.Child, lease *lanes.Lease, jobCtl <-chan os.Signal
 			break
 		}
 	}
-	if lease.Err() != nil {
-		<-c.Exited() // the guard's SIGKILL
-		return
-	}
-	c.Resume()
+	resume()
 }
 
 // inheritedLineage returns the lineage a lanectl command takes from the

@@ -36,10 +36,16 @@ func TestLockSuspendedByTSTPCommandDoesNotOutliveLease(t *testing.T) {
 // exit status.
 func suspendPastLease(t *testing.T, s *server, a *proc, log string) int {
 	t.Helper()
-	b := startBin(t, s.args("lock", "--ttl", "10s", "k", "--", "sh", "-c", `echo B >> "$0"`, log)...)
-	eventually(t, "B waits for k", func() bool {
+	return suspendPastLeaseOf(t, s, a, log, "k")
+}
+
+// suspendPastLeaseOf is suspendPastLease on the lane key key.
+func suspendPastLeaseOf(t *testing.T, s *server, a *proc, log, key string) int {
+	t.Helper()
+	b := startBin(t, s.args("lock", "--ttl", "10s", key, "--", "sh", "-c", `echo B >> "$0"`, log)...)
+	eventually(t, "B waits for "+key, func() bool {
 		for _, k := range s.inspect(t).Keys {
-			if k.Key == "k" && len(k.Waiters) == 1 {
+			if k.Key == key && len(k.Waiters) == 1 {
 				return true
 			}
 		}

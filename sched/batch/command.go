@@ -141,12 +141,14 @@ func runCommand(ctx context.Context, argv []string, dir string, inv sched.Invoca
 		errR.Close()
 		return "", startError(ctx, path, dir, err)
 	}
+	untrack := track(child, inv.Deadline)
 	copied := make(chan struct{}, 2)
 	go drain(stdout, outR, copied)
 	go drain(stderr, errR, copied)
 
 	stopped := watch(ctx, child, inv)
 	waitErr := child.Wait()
+	untrack()
 	stop := stopped()
 	// The rule for what the command leaves behind: it ends with the
 	// command. Whatever still runs in its group would run on after its
