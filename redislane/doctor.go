@@ -163,16 +163,13 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 // resetState reads into r the namespace's count of resets (meta's
 // "resets") and the freeze its marker holds (docs/PROTOCOL.md, "Markers").
 func (b *Backend) resetState(ctx context.Context, r *Report) error {
-	var resets, marker *redis.StringCmd
-	var now *redis.TimeCmd
-	_, err := b.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		resets = p.HGet(ctx, b.keys[5], "resets")
-		marker = p.HGet(ctx, b.keys[1], "\x00")
-		now = p.Time(ctx)
-		return nil
-	})
-	if err != nil && err != redis.Nil {
-		return b.mapErr(err)
+	resets := b.c.HGet(ctx, b.keys[5], "resets")
+	marker := b.c.HGet(ctx, b.keys[1], "\x00")
+	now := b.c.Time(ctx)
+	for _, err := range []error{resets.Err(), marker.Err(), now.Err()} {
+		if err != nil && err != redis.Nil {
+			return b.mapErr(err)
+		}
 	}
 	r.Resets, _ = strconv.ParseInt(resets.Val(), 10, 64)
 	// "<protocol> <epoch> <frozen> <maxttl> <tombs>": frozen in ms of the
