@@ -282,17 +282,36 @@ func (s *Session) release(ctx context.Context, e *entry, step func(context.Conte
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	id := e.id
+	// After the releases of its borrowers sent or queued before it:
+	// released first, a lender would revoke them within its step.
+	borrower := func(anc []string) bool { return slices.Contains(anc, id) }
+	if err := s.afterOwnSteps(ctx, borrower); err != nil {
+		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
+	}
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			rs, _, err = s.rel.do(ctx, []releaseItem{{id, e.depth}})
+			rs, _, err = s.rel.do(ctx, []releaseItem{{id, e.ancestors}})
 			return err
 		})
 		if err != nil {
-			return releasedOne{was: Gone}, err
+			return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 		}
 		return rs[0], nil
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.own[id] = ownStep{e.ancestors, done}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.own, id)
+		s.mu.Unlock()
+		close(done)
+	}()
+	if err := s.rel.after(ctx, func(it releaseItem) bool { return borrower(it.ancestors) }); err != nil {
+		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	var rel Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {
@@ -301,7 +320,7 @@ func (s *Session) release(ctx context.Context, e *entry, step func(context.Conte
 		return err
 	})
 	if err != nil {
-		return releasedOne{was: Gone}, err
+		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	if len(rel.Was) != 1 {
 		return releasedOne{was: Gone}, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(rel.Was))

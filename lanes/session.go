@@ -47,6 +47,7 @@ type Session struct {
 	entries  map[string]*entry        // waiters and holders kept alive
 	hinted   map[string]bool          // waiters a hint named since the last beat
 	settling map[string]chan struct{} // ids a background settle has not finished with: closed when done
+	own      map[string]ownStep       // releases in a step of their own (ReleaseRecording), in flight
 	pollAll  bool                     // a hint asked about every entry
 	epoch    string                   // the backend state's epoch, as last seen
 	lastErr  error                    // the last heartbeat's error; nil after a success
@@ -84,10 +85,14 @@ type entry struct {
 	earlyIn  string        // the backend state's epoch the Session knew when early came
 	seq      uint64        // its sequence number in the backend, once known
 	epoch    string        // the backend state's epoch it was enqueued in
-	depth    int           // the ancestors its request's lineage names
-	ctx      context.Context
-	queued   time.Time  // when its Enqueue step was first sent
-	span     trace.Span // its wait
+	// ancestors are the entry ids it may borrow from: its request's
+	// lineage and, for each of those this Session knows, that entry's
+	// ancestors. A lender is never its borrower's borrower, so a borrower
+	// has more ancestors than any of its lenders.
+	ancestors []string
+	ctx       context.Context
+	queued    time.Time  // when its Enqueue step was first sent
+	span      trace.Span // its wait
 }
 
 // Option configures NewSession.
@@ -161,6 +166,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		entries:        map[string]*entry{},
 		hinted:         map[string]bool{},
 		settling:       map[string]chan struct{}{},
+		own:            map[string]ownStep{},
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
@@ -316,8 +322,10 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	}
 	tickets := make([]*Ticket, len(reqs))
 	sendAt := 0 // send holds, in order, the requests that take a lane
+	step := map[string]*entry{}
 	for i, r := range reqs {
-		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, depth: len(r.Lineage)}
+		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, ancestors: s.ancestors(r.Lineage, step)}
+		step[r.ID] = e
 		tickets[i] = &Ticket{s: s, e: e}
 		if sendAt == len(send) || send[sendAt].ID != r.ID {
 			// Nothing to take: granted at once, and no backend entry.
@@ -333,6 +341,34 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	}
 	return tickets, send, nil
 }
+
+// ancestors is lineage with, for each of its ids that names a live entry
+// of this Session or of step (earlier entries of the same step), that
+// entry's ancestors: the chain a→m→c is known whole even when c's lineage
+// names only m. An ancestor that lives in another Session counts by its
+// name alone. s.mu is held.
+func (s *Session) ancestors(lineage []string, step map[string]*entry) []string {
+	out := slices.Clone(lineage)
+	for _, id := range lineage {
+		e := cmp.Or(step[id], s.entries[id])
+		if e == nil {
+			continue
+		}
+		for _, a := range e.ancestors {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// borrowersFirst orders a and b, entries of one Release step, borrowers
+// before their lenders: a lender released first would revoke its borrower
+// within the step, and the borrower's lease would read as lost. An entry
+// with more ancestors goes first, which puts every borrower before its
+// lenders, since each has fewer ancestors than it.
+func borrowersFirst(a, b []string) int { return cmp.Compare(len(b), len(a)) }
 
 // releasedOne is what a Release step says of one id.
 type releasedOne struct {
@@ -368,11 +404,55 @@ func releasedAt(r Released, i, n int) releasedOne {
 		revoked: len(r.Revoked) == n && r.Revoked[i], epoch: r.Epoch}
 }
 
-// releaseItem is one entry of a Release step: its id, and the number of
-// ancestors its request's lineage names.
+// ownStep is a release in a step of its own in flight: the entry's
+// ancestors, and a channel closed once the step is over.
+type ownStep struct {
+	ancestors []string
+	done      chan struct{}
+}
+
+// afterOwnSteps returns once every release in a step of its own in flight
+// now of an entry whose ancestors match has ended, or with ctx's error.
+// Its lenders' releases wait for it: released first, a lender would revoke
+// it within its step.
+func (s *Session) afterOwnSteps(ctx context.Context, match func(ancestors []string) bool) error {
+	s.mu.Lock()
+	var wait []chan struct{}
+	for _, o := range s.own {
+		if match(o.ancestors) {
+			wait = append(wait, o.done)
+		}
+	}
+	s.mu.Unlock()
+	for _, done := range wait {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// releaseItem is one entry of a Release step: its id and its ancestors
+// (entry.ancestors).
 type releaseItem struct {
-	id    string
-	depth int
+	id        string
+	ancestors []string
+}
+
+// releaseTimedOut is err, the error of the release steps by (who sent
+// them) tried until the release timeout, made an ErrUnavailable when it is
+// the context's error alone: a step still queued behind others, or in
+// flight with no answer, when the timeout passed.
+func releaseTimedOut(err error, by string) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w: %s: the release step had no answer within the release timeout: %w", ErrUnavailable, by, err)
+	}
+	return err
 }
 
 // errStepShape is a step answered with the wrong number of results.
@@ -390,15 +470,11 @@ func (s *Session) batchers() {
 	s.rel = &batcher[releaseItem, releasedOne]{
 		max: releasePiece,
 		run: func(ctx context.Context, items []releaseItem) ([]releasedOne, error) {
-			// Borrowers before their lenders (deeper lineages first), as
-			// Close orders its ids: a lender released first would revoke
-			// its borrower within the step, and the borrower's lease would
-			// read as lost.
 			order := make([]int, len(items))
 			for i := range order {
 				order[i] = i
 			}
-			slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(items[b].depth, items[a].depth) })
+			slices.SortStableFunc(order, func(a, b int) int { return borrowersFirst(items[a].ancestors, items[b].ancestors) })
 			ids := make([]string, len(items))
 			for i, j := range order {
 				ids[i] = items[j].id
@@ -416,7 +492,10 @@ func (s *Session) batchers() {
 			}
 			return out, nil
 		},
-		split: func(err error) bool { return errors.Is(err, ErrInvalid) },
+		// No split: the ids are the Session's own, valid when tracked, so
+		// a step refused whole is refused for every caller alike; sending
+		// it again caller by caller would release lenders before their
+		// borrowers.
 	}
 }
 
@@ -706,15 +785,15 @@ func (s *Session) Close() error {
 	s.closed = true
 	var ids []string
 	type held struct {
-		deadline time.Time
-		epoch    string
-		depth    int
+		deadline  time.Time
+		epoch     string
+		ancestors []string
 	}
 	kept := map[string]held{}
 	for _, e := range s.entries {
 		if !e.pending { // an entry still in its Enqueue step is settled by it
 			ids = append(ids, e.id)
-			kept[e.id] = held{e.deadline, e.epoch, e.depth}
+			kept[e.id] = held{e.deadline, e.epoch, e.ancestors}
 		}
 		s.untrack(e)
 		if e.lease != nil {
@@ -727,23 +806,40 @@ func (s *Session) Close() error {
 	close(s.stop)
 	<-s.done
 	var errs []error
-	// Borrowers before their lenders (deeper lineages first): a lender
-	// released first would revoke its borrowers within the step, and their
-	// leases would read as lost.
 	slices.SortFunc(ids, func(a, b string) int {
-		return cmp.Or(cmp.Compare(kept[b].depth, kept[a].depth), cmp.Compare(a, b))
+		return cmp.Or(borrowersFirst(kept[a].ancestors, kept[b].ancestors), cmp.Compare(a, b))
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
+	// After the releases in steps of their own of borrowers of the ids.
+	waited := s.afterOwnSteps(ctx, func(anc []string) bool {
+		return slices.ContainsFunc(anc, func(a string) bool { _, ok := kept[a]; return ok })
+	})
 	for piece := range slices.Chunk(ids, releasePiece) {
-		var r Released
+		if waited != nil {
+			err := releaseTimedOut(waited, "the Session's Close")
+			errs = append(errs, err)
+			for _, id := range piece {
+				closeErrs[id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", id, err)
+			}
+			continue
+		}
+		// Through the Release batcher, behind the Release calls queued
+		// there before Close: a borrower's queued release goes out before
+		// or with its lender's, never after it.
+		items := make([]releaseItem, len(piece))
+		for i, id := range piece {
+			items[i] = releaseItem{id, kept[id].ancestors}
+		}
+		var rs []releasedOne
 		err := retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			r, err = s.b.Release(ctx, s.owner.ID, piece)
+			rs, _, err = s.rel.do(ctx, items)
 			return err
 		})
 		if err != nil {
+			err = releaseTimedOut(err, "the Session's Close")
 			errs = append(errs, err)
 			for _, id := range piece {
 				closeErrs[id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", id, err)
@@ -751,9 +847,7 @@ func (s *Session) Close() error {
 			continue
 		}
 		for i, id := range piece {
-			if i < len(r.Was) {
-				closeErrs[id] = releasedAt(r, i, len(piece)).outcome(id, kept[id].deadline, kept[id].epoch)
-			}
+			closeErrs[id] = rs[i].outcome(id, kept[id].deadline, kept[id].epoch)
 		}
 	}
 	s.mu.Lock()
