@@ -176,7 +176,7 @@ func testBorrowerEndsWithLender(t *testing.T, inst Instance) {
 // instance has no Advance.
 func testChainKeptForLastBorrower(t *testing.T, inst Instance) {
 	b := inst.Backend
-	ttl := 300 * time.Millisecond
+	ttl := expiryTTL(inst)
 	short := newDirect(t, b, "short-owner", ttl)
 	long := newDirect(t, b, "long-owner", time.Minute)
 	queued := newDirect(t, b, "queued-owner", time.Minute)
@@ -408,7 +408,7 @@ func releaseAll(t *testing.T, b lanes.Backend, ids ...string) {
 // the deadline again).
 func testChainLenderRaisedInItsReap(t *testing.T, inst Instance) {
 	b := inst.Backend
-	ttl := 300 * time.Millisecond
+	ttl := expiryTTL(inst)
 	a := newDirect(t, b, "a-owner", ttl)
 	bo := newDirect(t, b, "b-owner", 3*ttl)
 	long := newDirect(t, b, "long-owner", time.Minute)
@@ -449,7 +449,7 @@ func testChainLenderRaisedInItsReap(t *testing.T, inst Instance) {
 // as with one step: A and B keep their slots for C, whose lease runs.
 func testChainKeptPastReapMax(t *testing.T, inst Instance) {
 	b := inst.Backend
-	ttl := 300 * time.Millisecond
+	ttl := expiryTTL(inst)
 	short := newDirect(t, b, "short-owner", ttl)
 	long := newDirect(t, b, "long-owner", time.Minute)
 	queued := newDirect(t, b, "queued-owner", time.Minute)
@@ -491,7 +491,7 @@ func testChainKeptPastReapMax(t *testing.T, inst Instance) {
 // removed at once, and K0 passes on while C's lease runs.
 func testChainMiddleOutlivesLender(t *testing.T, inst Instance) {
 	b := inst.Backend
-	ttl := 300 * time.Millisecond
+	ttl := expiryTTL(inst)
 	a := newDirect(t, b, "a-owner", ttl)
 	mid := newDirect(t, b, "b-owner", 3*ttl)
 	long := newDirect(t, b, "long-owner", time.Minute)
