@@ -2,7 +2,6 @@ package lanes
 
 import (
 	"context"
-	"slices"
 	"sync"
 )
 
@@ -13,22 +12,17 @@ import (
 // carries at most max items.
 //
 // run sends one step and returns one result per item, in order, or an
-// error for the whole step; it is never called with no items. A step
-// refused whole for a reason one caller may have caused alone (split
-// reports it; nil: none) is sent again caller by caller, so that each gets
-// its own answer.
-//
-// A call with no items is a barrier: it returns once every call that came
-// before it has its answer (after).
+// error for the whole step. A step refused whole for a reason one caller
+// may have caused alone (split reports it) is sent again caller by caller,
+// so that each gets its own answer.
 type batcher[T, R any] struct {
 	max   int
 	run   func(ctx context.Context, items []T) ([]R, error)
 	split func(error) bool
 
-	mu       sync.Mutex
-	busy     bool
-	pending  []*batchCall[T, R]
-	inflight []*batchCall[T, R] // the step being sent
+	mu      sync.Mutex
+	busy    bool
+	pending []*batchCall[T, R]
 }
 
 // batchCall is one caller's items and, once its step answered, its results.
@@ -104,31 +98,9 @@ func (b *batcher[T, R]) lead(own *batchCall[T, R]) {
 			calls = append(calls, c)
 			n += len(c.items)
 		}
-		b.inflight = calls
 		b.mu.Unlock()
 		b.send(calls)
-		b.mu.Lock()
-		b.inflight = nil
-		b.mu.Unlock()
 	}
-}
-
-// after returns once every call pending or in flight now that has an item
-// for which match reports true has its answer: nil, or ctx's error if ctx
-// ends first. A caller about to send a step of its own outside the batcher
-// calls it so as not to overtake the calls it must follow.
-func (b *batcher[T, R]) after(ctx context.Context, match func(T) bool) error {
-	b.mu.Lock()
-	if !slices.ContainsFunc(b.pending, func(c *batchCall[T, R]) bool { return slices.ContainsFunc(c.items, match) }) &&
-		!slices.ContainsFunc(b.inflight, func(c *batchCall[T, R]) bool { return slices.ContainsFunc(c.items, match) }) {
-		b.mu.Unlock()
-		return nil
-	}
-	b.mu.Unlock()
-	// A barrier: the calls before it are answered first (lead takes
-	// pending calls in order, and answers a step's calls in order).
-	_, _, err := b.do(ctx, nil)
-	return err
 }
 
 // send runs one step for calls and gives each its results. The step runs
@@ -138,10 +110,6 @@ func (b *batcher[T, R]) after(ctx context.Context, match func(T) bool) error {
 func (b *batcher[T, R]) send(calls []*batchCall[T, R]) {
 	if len(calls) == 1 { // a caller alone: its own context is the step's
 		c := calls[0]
-		if len(c.items) == 0 { // a barrier
-			close(c.done)
-			return
-		}
 		c.res, c.err = b.run(c.ctx, c.items)
 		if c.err == nil && len(c.res) != len(c.items) {
 			c.res, c.err = nil, errStepShape
@@ -167,21 +135,13 @@ func (b *batcher[T, R]) send(calls []*batchCall[T, R]) {
 	for _, c := range calls {
 		items = append(items, c.items...)
 	}
-	if len(items) == 0 { // barriers only
-		for _, c := range calls {
-			close(c.done)
-		}
-		return
-	}
 	res, err := b.run(ctx, items)
 	if err == nil && len(res) != len(items) {
 		err = errStepShape
 	}
 	if err != nil && len(calls) > 1 && b.split != nil && b.split(err) {
 		for _, c := range calls { // one caller may have caused it: each alone
-			if len(c.items) > 0 {
-				c.res, c.err = b.run(c.ctx, c.items)
-			}
+			c.res, c.err = b.run(c.ctx, c.items)
 			close(c.done)
 		}
 		return

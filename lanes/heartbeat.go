@@ -273,45 +273,32 @@ func (s *Session) releaseIDs(ids []string) {
 	})
 }
 
-// release removes e from the backend with step (nil: a Release step) on a
-// context detached from ctx's cancellation, bounded by the release timeout,
-// trying again while the backend cannot be reached. It reports what the
-// entry was, whether an operator had released it by force, and the epoch of
-// the backend's state the step saw.
-func (s *Session) release(ctx context.Context, e *entry, step func(context.Context, []string) (Released, error)) (r releasedOne, err error) {
+// release removes r's entry from the backend with step (nil: a Release
+// step) on a context detached from ctx's cancellation, bounded by the
+// release timeout, trying again while the backend cannot be reached, and
+// ends r (endRelease). It first waits for the releases of the entry's
+// borrowers begun before it (afterReleases). It reports what the entry
+// was, whether an operator had released it by force, and the epoch of the
+// backend's state the step saw.
+func (s *Session) release(ctx context.Context, r *releasing, step func(context.Context, []string) (Released, error)) (_ releasedOne, err error) {
+	defer s.endRelease(r)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
-	id := e.id
-	// After the releases of its borrowers sent or queued before it:
-	// released first, a lender would revoke them within its step.
-	borrower := func(anc []string) bool { return slices.Contains(anc, id) }
-	if err := s.afterOwnSteps(ctx, borrower); err != nil {
+	id := r.e.id
+	if err := s.afterReleases(ctx, r, func(anc []string) bool { return slices.Contains(anc, id) }); err != nil {
 		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			rs, _, err = s.rel.do(ctx, []releaseItem{{id, e.ancestors}})
+			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.ancestors}})
 			return err
 		})
 		if err != nil {
 			return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 		}
 		return rs[0], nil
-	}
-	done := make(chan struct{})
-	s.mu.Lock()
-	s.own[id] = ownStep{e.ancestors, done}
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.own, id)
-		s.mu.Unlock()
-		close(done)
-	}()
-	if err := s.rel.after(ctx, func(it releaseItem) bool { return borrower(it.ancestors) }); err != nil {
-		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	var rel Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {

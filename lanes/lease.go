@@ -108,11 +108,13 @@ func (t *Ticket) abandon(ctx context.Context, err error) error {
 	pending := e.pending
 	s.untrack(e)
 	s.endWait(e, err)
-	s.mu.Unlock()
 	if pending {
+		s.mu.Unlock()
 		return nil // its Enqueue step settles it
 	}
-	_, rerr := s.release(ctx, e, nil)
+	r := s.beginRelease(e)
+	s.mu.Unlock()
+	_, rerr := s.release(ctx, r, nil)
 	return rerr
 }
 
@@ -307,6 +309,10 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 	inBackend := !e.finished
 	deadline, epoch := e.deadline, e.epoch
 	s.untrack(e)
+	var r *releasing
+	if inBackend {
+		r = s.beginRelease(e)
+	}
 	s.mu.Unlock()
 	defer l.end(context.Canceled)
 	if !inBackend {
@@ -315,16 +321,16 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 		defer cancel()
-		return retry(rctx, s.interval, func(ctx context.Context) error {
+		return releaseTimedOut(retry(rctx, s.interval, func(ctx context.Context) error {
 			_, err := step(ctx, nil) // it took no lane: only a record, if step makes one
 			return err
-		})
+		}), "entry "+e.id)
 	}
-	r, err := s.release(ctx, e, step)
+	rel, err := s.release(ctx, r, step)
 	if err != nil {
 		return err
 	}
-	return r.outcome(e.id, deadline, epoch)
+	return rel.outcome(e.id, deadline, epoch)
 }
 
 func (l *Lease) errLocked() error {

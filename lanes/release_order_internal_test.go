@@ -186,63 +186,65 @@ func TestCloseReleasesChainNamingOnlyImmediateLenders(t *testing.T) {
 
 // Close does not overtake a borrower's Release that is queued behind a step
 // in flight: the borrower's lease is told nil, not revoked by its lender's
-// release in Close (on Memory).
+// release in Close (on Memory, on synctest's clock: Wait settles whether
+// Close went ahead or waits).
 func TestCloseWaitsForQueuedBorrowerRelease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, m, first := gatedSession(t, ctx)
-	ls := chain(t, ctx, s, "l", "b")
-	borrowed := make(chan error, 1)
-	go func() { borrowed <- ls[1].Release(ctx) }()
-	until(t, ctx, "the borrower's Release queued", func() bool { return pendingReleases(s) == 1 })
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	// Close has either queued its release behind the borrower's or, sent
-	// its own step past it.
-	until(t, ctx, "Close's release sent or queued", func() bool { return pendingReleases(s) == 2 || m.calls.Load() > 1 })
-	m.open()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-borrowed; err != nil {
-		t.Errorf("borrower's Release() queued before Close = %v; want nil", err)
-	}
-	if err := <-closed; err != nil {
-		t.Errorf("Close() = %v", err)
-	}
-	if err := ls[0].Release(ctx); err != nil {
-		t.Errorf("lender's Release() after Close = %v; want nil", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, m, first := gatedSession(t, ctx)
+		ls := chain(t, ctx, s, "l", "b")
+		borrowed := make(chan error, 1)
+		go func() { borrowed <- ls[1].Release(ctx) }()
+		synctest.Wait() // queued behind the step held at the gate
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		synctest.Wait() // Close waits for the borrower's release, or went ahead
+		m.open()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-borrowed; err != nil {
+			t.Errorf("borrower's Release() queued before Close = %v; want nil", err)
+		}
+		if err := <-closed; err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+		if err := ls[0].Release(ctx); err != nil {
+			t.Errorf("lender's Release() after Close = %v; want nil", err)
+		}
+	})
 }
 
 // A lender's ReleaseRecording, a step of its own, does not overtake its
-// borrower's Release queued behind a step in flight (on Memory).
+// borrower's Release queued behind a step in flight (on Memory, on
+// synctest's clock).
 func TestReleaseRecordingWaitsForQueuedBorrowerRelease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, m, first := gatedSession(t, ctx)
-	defer s.Close()
-	ls := chain(t, ctx, s, "l", "b")
-	borrowed := make(chan error, 1)
-	go func() { borrowed <- ls[1].Release(ctx) }()
-	until(t, ctx, "the borrower's Release queued", func() bool { return pendingReleases(s) == 1 })
-	lent := make(chan error, 1)
-	go func() { lent <- ls[0].ReleaseRecording(ctx, "run1", "call1", []byte("ok"), time.Minute) }()
-	until(t, ctx, "the lender's record waits or is sent", func() bool { return pendingReleases(s) == 2 || m.calls.Load() > 1 })
-	m.open()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-borrowed; err != nil {
-		t.Errorf("borrower's Release() queued before its lender's ReleaseRecording = %v; want nil", err)
-	}
-	if err := <-lent; err != nil {
-		t.Errorf("lender's ReleaseRecording() = %v; want nil", err)
-	}
-	recs, err := s.Records(ctx, "run1")
-	if err != nil || string(recs["call1"]) != "ok" {
-		t.Errorf("Records(run1) = %q, %v; want call1 ok", recs, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s, m, first := gatedSession(t, ctx)
+		defer s.Close()
+		ls := chain(t, ctx, s, "l", "b")
+		borrowed := make(chan error, 1)
+		go func() { borrowed <- ls[1].Release(ctx) }()
+		synctest.Wait()
+		lent := make(chan error, 1)
+		go func() { lent <- ls[0].ReleaseRecording(ctx, "run1", "call1", []byte("ok"), time.Minute) }()
+		synctest.Wait() // the lender waits, or sent its step
+		m.open()
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-borrowed; err != nil {
+			t.Errorf("borrower's Release() queued before its lender's ReleaseRecording = %v; want nil", err)
+		}
+		if err := <-lent; err != nil {
+			t.Errorf("lender's ReleaseRecording() = %v; want nil", err)
+		}
+		recs, err := s.Records(ctx, "run1")
+		if err != nil || string(recs["call1"]) != "ok" {
+			t.Errorf("Records(run1) = %q, %v; want call1 ok", recs, err)
+		}
+	})
 }
 
 // A Release still queued behind a step in flight when the release timeout

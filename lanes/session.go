@@ -47,7 +47,7 @@ type Session struct {
 	entries  map[string]*entry        // waiters and holders kept alive
 	hinted   map[string]bool          // waiters a hint named since the last beat
 	settling map[string]chan struct{} // ids a background settle has not finished with: closed when done
-	own      map[string]ownStep       // releases in a step of their own (ReleaseRecording), in flight
+	releases map[string]*releasing    // releases begun and not answered yet, by id
 	pollAll  bool                     // a hint asked about every entry
 	epoch    string                   // the backend state's epoch, as last seen
 	lastErr  error                    // the last heartbeat's error; nil after a success
@@ -166,7 +166,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		entries:        map[string]*entry{},
 		hinted:         map[string]bool{},
 		settling:       map[string]chan struct{}{},
-		own:            map[string]ownStep{},
+		releases:       map[string]*releasing{},
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
@@ -348,16 +348,18 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 // names only m. An ancestor that lives in another Session counts by its
 // name alone. s.mu is held.
 func (s *Session) ancestors(lineage []string, step map[string]*entry) []string {
-	out := slices.Clone(lineage)
-	for _, id := range lineage {
-		e := cmp.Or(step[id], s.entries[id])
-		if e == nil {
-			continue
-		}
-		for _, a := range e.ancestors {
-			if !slices.Contains(out, a) {
+	var out []string
+	add := func(ids []string) {
+		for _, a := range ids {
+			if !slices.Contains(out, a) { // a lineage may name an id twice
 				out = append(out, a)
 			}
+		}
+	}
+	add(lineage)
+	for _, id := range lineage {
+		if e := cmp.Or(step[id], s.entries[id]); e != nil {
+			add(e.ancestors)
 		}
 	}
 	return out
@@ -404,23 +406,44 @@ func releasedAt(r Released, i, n int) releasedOne {
 		revoked: len(r.Revoked) == n && r.Revoked[i], epoch: r.Epoch}
 }
 
-// ownStep is a release in a step of its own in flight: the entry's
-// ancestors, and a channel closed once the step is over.
-type ownStep struct {
-	ancestors []string
-	done      chan struct{}
+// releasing is a release of entry e begun (its entry no longer kept alive)
+// and not answered yet; done closes once it is, or once it gave up.
+type releasing struct {
+	e    *entry
+	done chan struct{}
 }
 
-// afterOwnSteps returns once every release in a step of its own in flight
-// now of an entry whose ancestors match has ended, or with ctx's error.
-// Its lenders' releases wait for it: released first, a lender would revoke
-// it within its step.
-func (s *Session) afterOwnSteps(ctx context.Context, match func(ancestors []string) bool) error {
+// beginRelease records that e's release begins, from the moment e stops
+// being kept alive until its step answered (endRelease): its lenders'
+// releases and Close wait for it (afterReleases), and an Enqueue of its id
+// waits for it (awaitSettles). s.mu is held.
+func (s *Session) beginRelease(e *entry) *releasing {
+	r := &releasing{e: e, done: make(chan struct{})}
+	s.releases[e.id] = r
+	return r
+}
+
+// endRelease records that r's release answered or gave up.
+func (s *Session) endRelease(r *releasing) {
+	s.mu.Lock()
+	if s.releases[r.e.id] == r {
+		delete(s.releases, r.e.id)
+	}
+	s.mu.Unlock()
+	close(r.done)
+}
+
+// afterReleases returns once every release begun now, other than self
+// (nil: none), of an entry whose ancestors match has answered or given up,
+// or with ctx's error. A lender's release waits so for its borrowers':
+// sent first, it would revoke them, and their releases, called before it,
+// would report their leases lost.
+func (s *Session) afterReleases(ctx context.Context, self *releasing, match func(ancestors []string) bool) error {
 	s.mu.Lock()
 	var wait []chan struct{}
-	for _, o := range s.own {
-		if match(o.ancestors) {
-			wait = append(wait, o.done)
+	for _, r := range s.releases {
+		if r != self && match(r.e.ancestors) {
+			wait = append(wait, r.done)
 		}
 	}
 	s.mu.Unlock()
@@ -661,12 +684,15 @@ func (s *Session) allFinished(tickets []*Ticket) error {
 // those ids (ErrIDRetired) while their tombstones live. The marks of
 // tickets' own entries (made when they ended while waiting) are not waited
 // for, and the wait ends once every entry of tickets ended (allFinished
-// then says why). It returns ctx's error if ctx ends first.
+// then says why). It waits as well for a release of one of the ids that
+// has not answered yet (beginRelease): sent meanwhile, the request would
+// find the entry about to be removed and take it for its own. It returns
+// ctx's error if ctx ends first.
 func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Request) error {
 	for {
 		var busy chan struct{}
 		s.mu.Lock()
-		if len(s.settling) == 0 { // the usual case: no settle runs
+		if len(s.settling) == 0 && len(s.releases) == 0 { // the usual case
 			s.mu.Unlock()
 			return nil
 		}
@@ -685,6 +711,10 @@ func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Re
 		for i := 0; !done && i < len(reqs); i++ {
 			if c := s.settling[reqs[i].ID]; c != nil && !own(c) {
 				busy = c
+				break
+			}
+			if r := s.releases[reqs[i].ID]; r != nil {
+				busy = r.done // a release of the same id, not answered yet
 				break
 			}
 		}
@@ -812,8 +842,9 @@ func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
-	// After the releases in steps of their own of borrowers of the ids.
-	waited := s.afterOwnSteps(ctx, func(anc []string) bool {
+	// After the releases begun before Close of borrowers of the ids; the
+	// borrowers among the ids go first in their steps.
+	waited := s.afterReleases(ctx, nil, func(anc []string) bool {
 		return slices.ContainsFunc(anc, func(a string) bool { _, ok := kept[a]; return ok })
 	})
 	for piece := range slices.Chunk(ids, releasePiece) {
@@ -825,9 +856,6 @@ func (s *Session) Close() error {
 			}
 			continue
 		}
-		// Through the Release batcher, behind the Release calls queued
-		// there before Close: a borrower's queued release goes out before
-		// or with its lender's, never after it.
 		items := make([]releaseItem, len(piece))
 		for i, id := range piece {
 			items[i] = releaseItem{id, kept[id].ancestors}

@@ -454,11 +454,8 @@ func testChainKeptPastReapMax(t *testing.T, inst Instance) {
 	long := newDirect(t, b, "long-owner", time.Minute)
 	queued := newDirect(t, b, "queued-owner", time.Minute)
 	reqs := []lanes.Request{req("A", "K2", 1), nested(req("B", "K0", 1, "K2", 1), "A")}
-	var fill []string
 	for i := range 99 {
-		id := fmt.Sprintf("A%02d", i)
-		fill = append(fill, id)
-		reqs = append(reqs, req(id, "KF", 99))
+		reqs = append(reqs, req(fmt.Sprintf("A%02d", i), "KF", 99))
 	}
 	sts := short.enqueue(reqs...)
 	wantStates(t, sts, map[string]lanes.State{"A": lanes.Held, "B": lanes.Held, "A00": lanes.Held, "A98": lanes.Held})
