@@ -145,7 +145,7 @@ func (o *mcpServeOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	defer res.Close()
-	po := mcptools.ProxyOptions{Tenant: o.tenant, Wait: o.wait}
+	po := mcptools.ProxyOptions{Tenant: o.tenant, Wait: o.wait, Version: plainVersion()}
 	if !o.local {
 		ns := o.global.namespace
 		po.CallContext = func(ctx context.Context) context.Context { return batch.WithNamespace(ctx, ns) }
@@ -215,7 +215,7 @@ func (o *mcpServeOptions) serveHTTP(ctx context.Context, p *mcptools.Proxy, stde
 // out, and returns the configuration with their tools. Its error is a
 // configuration error (exit 65) naming path.
 func resolveTools(ctx context.Context, file *batch.File, path string, stderr io.Writer) (*batch.Resolved, error) {
-	connect := mcptools.Connector{Stderr: stderr}
+	connect := mcptools.Connector{Stderr: stderr, Version: plainVersion()}
 	res, err := file.Resolve(ctx, connect.Connect)
 	if err != nil {
 		var ce *batch.ConfigError

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -439,5 +440,30 @@ func TestMCPServeBadInput(t *testing.T) {
 			t.Errorf("lanectl %v = %d %q; want %d and %q", tt.args, code, stderr, tt.code, tt.want)
 		}
 		assertOneLine(t, stderr)
+	}
+}
+
+// (Found by an outside trial.) `lanectl mcp serve` told its clients
+// serverInfo {"name": "lanes", "version": "1"}; the version is now
+// lanectl's own, the one --version prints. With --local: no Redis.
+func TestMCPServeNamesLanectlVersion(t *testing.T) {
+	f := newMCPFixture(t)
+	tools := f.toolsFile(t, "[tools.hi]\ncommand = [\"true\"]\n")
+	out, err := exec.Command(lanectlBin, "--version").Output()
+	fields := strings.Fields(string(out))
+	if err != nil || len(fields) < 2 {
+		t.Fatalf("lanectl --version = %q, %v", out, err)
+	}
+	var stderr syncBuffer
+	cs := proxyClient(t, &stderr, "--tools", tools, "--local")
+	info := cs.InitializeResult().ServerInfo
+	if info.Name != "lanes" || info.Version != fields[1] || info.Version == "1" {
+		t.Errorf("serverInfo = %+v; want lanes, version %q (lanectl --version: %q)", info, fields[1], out)
+	}
+	if got := mainVersion("v9.8.7-test", &debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}); got != "v9.8.7-test" {
+		t.Errorf("mainVersion(stamped) = %q; want v9.8.7-test", got)
+	}
+	if got := mainVersion("", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}); got != "devel" {
+		t.Errorf("mainVersion(unstamped, devel) = %q; want devel", got)
 	}
 }

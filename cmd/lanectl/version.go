@@ -25,12 +25,29 @@ func buildVersion() string {
 	return describeBuild(version, bi)
 }
 
+// plainVersion is lanectl's version alone, for what names it to other
+// programs (the MCP serverInfo and clientInfo of `mcp serve` and of the
+// MCP servers' clients): the stamped version, else the main module's as go
+// build recorded it, else "devel".
+func plainVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return orDevel(version)
+	}
+	return mainVersion(version, bi)
+}
+
+// mainVersion is plainVersion on the build information bi.
+func mainVersion(stamped string, bi *debug.BuildInfo) string {
+	if stamped == "" && bi.Main.Version != "(devel)" {
+		stamped = bi.Main.Version
+	}
+	return orDevel(stamped)
+}
+
 // describeBuild is buildVersion on the build information bi.
 func describeBuild(stamped string, bi *debug.BuildInfo) string {
-	v := stamped
-	if v == "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
+	v := mainVersion(stamped, bi)
 	var extra []string
 	settings := map[string]string{}
 	for _, s := range bi.Settings {
@@ -48,7 +65,6 @@ func describeBuild(stamped string, bi *debug.BuildInfo) string {
 	if bi.GoVersion != "" {
 		extra = append(extra, bi.GoVersion)
 	}
-	v = orDevel(v)
 	if len(extra) > 0 {
 		v += " (" + strings.Join(extra, ", ") + ")"
 	}

@@ -66,6 +66,9 @@ type Connector struct {
 	// HTTPClient reaches the servers with a url; nil means
 	// http.DefaultClient.
 	HTTPClient *http.Client
+	// Version is the version the client gives the servers in initialize
+	// (clientInfo.version): the program's. Empty means ModuleVersion.
+	Version string
 }
 
 // Connect connects to s with the zero Connector: see Connector.Connect.
@@ -96,7 +99,7 @@ var _ batch.Connector = Connect
 // call's lanes pass on: a server that goes on regardless is out of lanes'
 // reach, which is what the fencing tokens are for.
 func (c Connector) Connect(ctx context.Context, s batch.MCPServer) (batch.ToolServer, error) {
-	client := mcp.NewClient(&mcp.Implementation{Name: "lanes", Version: "1"}, &mcp.ClientOptions{Logger: discard})
+	client := mcp.NewClient(&mcp.Implementation{Name: "lanes", Version: orModuleVersion(c.Version)}, &mcp.ClientOptions{Logger: discard})
 	var (
 		t      mcp.Transport
 		cmd    *exec.Cmd

@@ -52,6 +52,10 @@ type ProxyOptions struct {
 	// the request's: to add what its tool's body reads there (such as
 	// batch.WithNamespace for a command's LANES_NAMESPACE).
 	CallContext func(context.Context) context.Context
+	// Version is the version the proxy gives its clients in initialize
+	// (serverInfo.version): the program's, such as lanectl's. Empty means
+	// ModuleVersion.
+	Version string
 }
 
 // CallOutcome is one call a Proxy ran, for OnCall.
@@ -113,7 +117,7 @@ func NewProxy(res *batch.Resolved, session *lanes.Session, o ProxyOptions) (*Pro
 	}
 	p := &Proxy{s: s, o: o}
 	p.stop, p.close = context.WithCancelCause(context.Background())
-	p.server = mcp.NewServer(&mcp.Implementation{Name: "lanes", Title: "lanes proxy", Version: "1"},
+	p.server = mcp.NewServer(&mcp.Implementation{Name: "lanes", Title: "lanes proxy", Version: orModuleVersion(o.Version)},
 		&mcp.ServerOptions{Logger: discard, Capabilities: &mcp.ServerCapabilities{
 			// Tools, even before any is added; no logging (deprecated, and
 			// the proxy sends no log messages).
