@@ -55,7 +55,11 @@ func (p tablePrinter) Status(v statusView) error {
 		}
 	}
 	if len(v.Keys) == 0 {
-		_, err := fmt.Fprintln(p.w, "no holders or waiters")
+		line := "no holders or waiters"
+		if v.noLanesLine != "" {
+			line = v.noLanesLine
+		}
+		_, err := fmt.Fprintln(p.w, line)
 		return err
 	}
 	return writeStatusTable(p.w, v)

@@ -133,10 +133,18 @@ func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error)
 		c.Close()
 		return nil, nil, err
 	}
-	return b, func() {
+	return &redisBackend{Backend: b, client: c}, func() {
 		b.Close()
 		c.Close()
 	}, nil
+}
+
+// redisBackend is the Backend open returns: redislane's, with the client
+// it runs on, for the few reads lanectl makes of its own (status's look for
+// the namespaces in use, namespaceHint).
+type redisBackend struct {
+	*redislane.Backend
+	client redis.UniversalClient
 }
 
 // unavailable names the server in a backend error that says it cannot be

@@ -29,7 +29,12 @@ server and the namespace read; a second line says so when grants are held
 back after the namespace's state was lost and reset (every lease that could
 still run ends first). A holder whose own lease ended while leases borrowed
 from it still run shows STATE "ended": its slot stays taken until each
-borrower releases or expires. Durations are measured on the Redis clock.`,
+borrower releases or expires. Durations are measured on the Redis clock.
+
+A namespace that has no lanes on the server at all (never used there, or
+mistyped) is said so, with up to five namespaces that have lanes there, the
+closest to the one named first (found by a bounded SCAN; --json:
+"no_lanes" and "other_namespaces").`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args {
 				if err := lanes.ValidateKey(k); err != nil {
@@ -57,6 +62,12 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	}
 	v := newStatusView(snap)
 	v.Server = o.global.server()
+	if len(snap.Keys) == 0 {
+		// A namespace with no lanes at all: perhaps a typo, so name the
+		// ones that have some.
+		h := namespaceHint(cmd.Context(), b, v.Namespace)
+		v.NoLanes, v.OtherNamespaces, v.noLanesLine = h.absent, h.others, h.line(v.Namespace)
+	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(v)
 }
 
@@ -71,6 +82,13 @@ type statusView struct {
 	// the namespace's state (Snapshot.Frozen); 0 when they are not.
 	FrozenMS int64       `json:"frozen_ms"`
 	Keys     []statusKey `json:"keys"`
+	// NoLanes: the namespace has no lanes on the server at all (none of
+	// its keys exists: never used there, or mistyped); OtherNamespaces
+	// then names some that have, the closest to it first (namespaceHint).
+	// `status` alone sets them; both are left out otherwise.
+	NoLanes         bool     `json:"no_lanes,omitempty"`
+	OtherNamespaces []string `json:"other_namespaces,omitempty"`
+	noLanesLine     string   // what the table says of it
 }
 
 type statusKey struct {
