@@ -26,6 +26,11 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 		return g.check(ctx, pctx, redis.NewClusterClient(t.cluster))
 	case t.failover != nil:
 		c, err := g.check(ctx, pctx, redis.NewFailoverClient(t.failover))
+		if err != nil && notSentinel(err) {
+			// A server answered SENTINEL with "unknown command": a
+			// Redis server, not a Sentinel, named where Sentinels go.
+			return nil, &configError{fmt.Sprintf("%s names a server that is not a Sentinel (SENTINEL is an unknown command there): with master_name=, the URL's host and any addr= must be Sentinels (port 26379 by default); without master_name=, the URL names the server itself", redactURL(g.redisURL))}
+		}
 		if err != nil && errors.Is(err, redis.Nil) {
 			// go-redis's "all sentinels are unreachable: redis: nil": the
 			// Sentinels answered, and none knows the master's name.
@@ -99,6 +104,36 @@ func (g *globalOptions) connectError(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return &unreachableError{url: redactURL(g.redisURL), err: err}
+}
+
+// notSentinel reports whether err holds a server's refusal of the
+// SENTINEL command as unknown: go-redis asked a server that is no
+// Sentinel for the master's address (its error joins the answer of every
+// Sentinel it tried).
+func notSentinel(err error) bool {
+	var walk func(error) bool
+	walk = func(err error) bool {
+		if re, ok := err.(redis.Error); ok {
+			msg := strings.ToLower(re.Error())
+			if strings.Contains(msg, "unknown command") && strings.Contains(msg, "sentinel") {
+				return true
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walk(e) {
+					return true
+				}
+			}
+		case interface{ Unwrap() error }:
+			if e := u.Unwrap(); e != nil {
+				return walk(e)
+			}
+		}
+		return false
+	}
+	return err != nil && walk(err)
 }
 
 // configError is a Redis set up otherwise than its URL says (exit 78).

@@ -61,12 +61,15 @@ const (
 	// maxmemory-policy that may evict its keys (redislane.ErrEvictable;
 	// --allow-eviction accepts it), a namespace held by another version
 	// of lanes (redislane.ErrProtocol), a Redis Cluster node spoken to as
-	// one server (MOVED, ASK) or keys spread over slots (CROSSSLOT), or a
-	// master name no Sentinel knows.
+	// one server (MOVED, ASK) or keys spread over slots (CROSSSLOT), a
+	// master name no Sentinel knows, or a master_name= URL that names a
+	// server that is no Sentinel.
 	exitConfig = 78
 
 	// exitLeaseLost: the lease was lost while the command ran; the command
-	// was killed (lanes.ErrLeaseLost). Outside sysexits on purpose.
+	// was killed (lanes.ErrLeaseLost), or stopped with SIGTERM as its
+	// lease's local deadline drew near, whatever status it then exited
+	// with. Outside sysexits on purpose.
 	exitLeaseLost = 79
 
 	// exitLockCycle: the request would close a wait-for cycle through

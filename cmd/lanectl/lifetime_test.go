@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/lanes-dev/lanes/internal/redisproc"
 )
 
@@ -190,4 +192,48 @@ concurrency = { key = "k" }
 	checkOutcomes(t, decodeBatch(t, a.stdout.String()), []want{{"c1", "writer", "indeterminate", "lease"}})
 	checkFirstThenSecond(t, logLines(t, log), "A", "B")
 	s.assertEmpty(t)
+}
+
+// TestLockLeaseLostToOutageWhenCommandObeysSIGTERM: Redis becomes
+// unreachable while lock's command (sleep 60, which does not trap
+// SIGTERM) runs; lanectl's guard sends it SIGTERM a margin before the
+// lease's local deadline and the command dies of it. lanectl must still
+// exit 79 (lease lost) with one line that says so and why, not pass on the
+// command's 143 in silence. The outage is a miniredis server closed under
+// lanectl (renewals refused), and a real redis-server of the test's own
+// paused with CLIENT PAUSE (renewals hang); in both the lease's local
+// deadline passes before any renewal, so the loss is certain, not a race.
+func TestLockLeaseLostToOutageWhenCommandObeysSIGTERM(t *testing.T) {
+	check := func(t *testing.T, s *server, ttl string, outage func()) {
+		p := startBin(t, s.args("lock", "--ttl", ttl, "k", "--", "sleep", "60")...)
+		eventually(t, "lanectl holds k", func() bool {
+			snap := s.inspect(t)
+			return len(snap.Keys) == 1 && len(snap.Keys[0].Holders) == 1
+		})
+		outage()
+		code := p.wait(t)
+		stderr := p.stderr.String()
+		if code != exitLeaseLost {
+			t.Errorf("lock whose command obeyed the guard's SIGTERM in an outage = %d; want %d (lease lost); stderr %q", code, exitLeaseLost, stderr)
+		}
+		assertOneLine(t, stderr)
+		for _, want := range []string{"lanectl: lease lost on k: ", "no heartbeat reached the backend", "SIGTERM"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("stderr = %q; want it to contain %q", stderr, want)
+			}
+		}
+	}
+	t.Run("miniredis-closed", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		s := newServer(t, "miniredis", "redis://"+m.Addr())
+		check(t, s, "1s", m.Close)
+		// Back for the cleanup, which deletes the namespace.
+		if err := m.Restart(); err != nil {
+			t.Fatalf("restarting miniredis: %v", err)
+		}
+	})
+	t.Run("redis-paused", func(t *testing.T) {
+		s, pause := pausedRedis(t)
+		check(t, s, "3s", func() { pause(pauseFor) })
+	})
 }

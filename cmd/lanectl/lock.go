@@ -93,8 +93,8 @@ The lease is renewed every TTL/3. Its local deadline lies a tenth of the
 TTL (the margin) before Redis could grant the keys to anyone else: once
 renewals have not reached Redis for so long that the deadline is less than
 the margin away, CMD gets SIGTERM; at the deadline the lease is lost, CMD
-gets SIGKILL and lock exits 79. So CMD is gone before another holder can
-start.
+gets SIGKILL and lock exits 79 (79 too when CMD obeyed the SIGTERM, whatever
+its own status). So CMD is gone before another holder can start.
 
 CMD's environment carries LANES_ENTRY (the entry id), LANES_TOKENS
 (key=token,... in the order of the keys, a key's "%", "," and "=" written
@@ -443,7 +443,7 @@ func (o *lockOptions) runHolding(ctx context.Context, cmd *cobra.Command, lease 
 			// What CMD left running in its group would run on without the
 			// keys: it goes before they are released.
 			c.KillGroup()
-			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, c.Wait())
+			return o.finish(ctx, cmd.ErrOrStderr(), lease, child, c.Wait(), c.Guarded())
 		}
 	}
 }
@@ -531,20 +531,56 @@ func inheritedLineage(g *globalOptions) ([]string, error) {
 }
 
 // finish releases the lease after the command exited and returns lock's
-// answer: the command's status, or exit 79 when the lease was lost.
-func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes.Lease, child *exec.Cmd, waitErr error) error {
+// answer: the command's status, or exit 79 when the lease was lost. guarded
+// is what the guard did to the command (supervise.Child.Guarded): a
+// command it stopped with SIGTERM, as the lease's local deadline drew near
+// without a renewal, was stopped for the lease, and exits 79 too, whatever
+// status it exited with once stopped.
+func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes.Lease, child *exec.Cmd, waitErr error, guarded string) error {
 	status, desc := childStatus(child, waitErr)
-	if err := lease.Err(); err != nil && errors.Is(err, lanes.ErrLeaseLost) {
-		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; the command had %s", o.keyList(), reason(err), desc)}
+	stopped := strings.HasPrefix(guarded, "SIGTERM")
+	if stopped {
+		awaitLoss(lease)
+		desc = stoppedStatus(child, waitErr, lease.Margin())
+	} else {
+		desc = "the command had " + desc
 	}
-	if err := lease.Release(context.WithoutCancel(ctx)); err != nil && !errors.Is(err, lanes.ErrLeaseLost) && !errors.Is(err, lanes.ErrNotHolder) {
+	if err := lease.Err(); err != nil && errors.Is(err, lanes.ErrLeaseLost) {
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; %s", o.keyList(), reason(err), desc)}
+	}
+	rerr := lease.Release(context.WithoutCancel(ctx))
+	if stopped {
+		// A renewal reached Redis within the margin: too late for the
+		// command, stopped for the lease all the same.
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease nearly lost on %s: renewals did not reach Redis until its local deadline was less than %v away; %s", o.keyList(), lease.Margin(), desc)}
+	}
+	if rerr != nil && !errors.Is(rerr, lanes.ErrLeaseLost) && !errors.Is(rerr, lanes.ErrNotHolder) {
 		// The command ran under the lease; the keys pass on within the TTL.
-		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s (it expires within %v): %w", o.keyList(), o.ttl, o.global.unavailable(err)), o.global.redisURL))
+		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s (it expires within %v): %w", o.keyList(), o.ttl, o.global.unavailable(rerr)), o.global.redisURL))
 	}
 	if status == 0 {
 		return nil
 	}
 	return &exitError{code: status}
+}
+
+// awaitLoss waits, once the guard stopped the command as the lease's local
+// deadline drew near, until the lease is lost or a renewal moves the
+// deadline on: a margin at most.
+func awaitLoss(lease *lanes.Lease) {
+	for lease.Err() == nil {
+		d := lease.Deadline()
+		left := time.Until(d)
+		if d.IsZero() || left > lease.Margin() {
+			return // renewed: held on
+		}
+		t := time.NewTimer(max(left, 0) + time.Millisecond)
+		select {
+		case <-lease.Lost():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // reason is what err says happened to the entry (lanes.EntryError's
@@ -567,6 +603,20 @@ func childStatus(child *exec.Cmd, waitErr error) (int, string) {
 		return exitSignal + int(ws.Signal()), "been killed by " + signalName(ws.Signal())
 	}
 	return ps.ExitCode(), "already exited with status " + strconv.Itoa(ps.ExitCode())
+}
+
+// stoppedStatus says, for messages, that lanectl stopped the command with
+// SIGTERM a margin before the lease's local deadline, and how it ended.
+func stoppedStatus(child *exec.Cmd, waitErr error, margin time.Duration) string {
+	how := "it exited with status "
+	if ps := child.ProcessState; ps == nil {
+		how = fmt.Sprintf("it failed: %v", waitErr)
+	} else if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		how = "it was killed by " + signalName(ws.Signal())
+	} else {
+		how += strconv.Itoa(ps.ExitCode())
+	}
+	return fmt.Sprintf("lanectl had stopped the command with SIGTERM %v before the lease's local deadline, and %s", margin, how)
 }
 
 // startError maps a failure to start the command to 126 or 127.

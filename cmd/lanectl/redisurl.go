@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -87,7 +88,7 @@ func safeURL(u *url.URL, raw string) string {
 	}
 	if badHost(u.Host) {
 		b.WriteString(redacted) // "user:pw:port" that lost its "@", maybe
-	} else if p := u.Port(); p != "" && !validPort(p) {
+	} else if p := u.Port(); p != "" && !validPort(p) && !portShown(u.Hostname(), p, u.User != nil) {
 		b.WriteString(net.JoinHostPort(u.Hostname(), redacted)) // a password that lost its "@", maybe
 	} else {
 		b.WriteString(u.Host)
@@ -154,7 +155,8 @@ func portSpan(raw string) (i, j int, ok bool) {
 		auth = auth[:e]
 	}
 	c := strings.LastIndex(auth, ":")
-	if c < 0 || strings.Contains(auth, "@") || validPort(auth[c+1:]) || !strings.ContainsFunc(auth[c+1:], isAlnumRune) {
+	if c < 0 || strings.Contains(auth, "@") || validPort(auth[c+1:]) || !strings.ContainsFunc(auth[c+1:], isAlnumRune) ||
+		portShown(auth[:c], auth[c+1:], false) {
 		return 0, 0, false
 	}
 	return k + 3 + c + 1, k + 3 + len(auth), true
@@ -193,11 +195,30 @@ func redactQuery(q string) string {
 // optionName matches the name of a go-redis URL option, or a word like it.
 var optionName = regexp.MustCompile(`^[A-Za-z_]{1,40}$`)
 
-// hostPort reports whether v is host:port with a port number and no user
-// part: an addr= that holds no secret.
+// hostPort reports whether v is host:port with a port number (or one
+// mistyped, portShown) and no user part: an addr= that holds no secret.
 func hostPort(v string) bool {
 	h, p, err := net.SplitHostPort(v)
-	return err == nil && h != "" && validPort(p) && !strings.ContainsAny(h, "@:/?#%") || err == nil && net.ParseIP(h) != nil && validPort(p)
+	port := err == nil && (validPort(p) || portShown(h, p, false))
+	return port && h != "" && !strings.ContainsAny(h, "@:/?#%") || port && net.ParseIP(h) != nil
+}
+
+// portShown reports whether the port of host:port, a port that is no port
+// number, may be printed all the same: whether it cannot be a password put
+// where the port goes, by a user part that lost its "@host"
+// (redis://user:pw, redis://:pw) or by mistake (redis://host:pw). It can
+// not after a user part (userInfo: the "@" is there, and the password
+// before it), nor, after a host, when it is a number of at most five digits:
+// a port mistyped (0, 99999, 65536), which the error then names. Anything
+// else, letters above all, stays hidden.
+func portShown(host, port string, userInfo bool) bool {
+	if port == "" || len(port) > 40 {
+		return false
+	}
+	if userInfo {
+		return safeUser(port)
+	}
+	return host != "" && len(port) <= 5 && strings.Trim(port, "0123456789") == ""
 }
 
 // secretKey reports whether a query parameter named k may hold a password.
@@ -335,7 +356,7 @@ func parseRedisURLFrom(raw, what string) (*redis.Options, error) {
 	if err != nil {
 		return nil, badURL(err, raw, what)
 	}
-	if err := checkPort(opt.Addr, what); err != nil {
+	if err := checkPort(opt.Addr, what, hiddenPort(raw) == ""); err != nil {
 		return nil, err
 	}
 	if opt.DB < 0 {
@@ -359,6 +380,9 @@ func badURL(err error, raw, what string) error {
 		// net/url quotes the part it stumbled on (a password read as a
 		// port, say): the reason is told without it
 		err = errors.New(quoted.ReplaceAllString(ue.Err.Error(), ""))
+		if strings.HasPrefix(err.Error(), "invalid port") {
+			err = errors.New("its port is not a number from 1 to 65535" + hiddenPort(raw))
+		}
 	}
 	reason := safeReason(redactSecret(err.Error(), raw))
 	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
@@ -379,14 +403,37 @@ func safeReason(reason string) string {
 // quoted matches a Go-quoted string and the space before it.
 var quoted = regexp.MustCompile(` ?"(?:[^"\\]|\\.)*"`)
 
-// checkPort refuses an address whose port is not 1 to 65535.
-func checkPort(addr, what string) error {
-	if _, port, err := net.SplitHostPort(addr); err == nil {
-		if !validPort(port) {
-			return usageErrorf("bad %s: a port is not a number from 1 to 65535", what) // nor is it shown: it may be a password
+// checkPort refuses an address whose port is not 1 to 65535. It names the
+// address when its port may be shown (portShown: a number mistyped, or
+// shown, the URL's own host's after a user part), and says why it hides
+// it otherwise: it may be a password.
+func checkPort(addr, what string, shown bool) error {
+	if host, port, err := net.SplitHostPort(addr); err == nil && !validPort(port) {
+		if (shown || portShown(host, port, false)) && plainText(addr) {
+			return usageErrorf("bad %s: the port of %s is not a number from 1 to 65535", what, addr)
 		}
+		return usageErrorf("bad %s: a port is not a number from 1 to 65535%s", what, hiddenNote)
 	}
 	return nil
+}
+
+// hiddenNote says why a port that is no port number is not shown.
+const hiddenNote = " (it is not shown, as it may be a password)"
+
+// hiddenPort returns hiddenNote if redactURL hides the port of the URL
+// raw, "" if it shows it.
+func hiddenPort(raw string) string {
+	shown := redactURL(raw)
+	if i, j, ok := authority(shown); ok && strings.HasSuffix(shown[i:j], ":"+redacted) {
+		return hiddenNote
+	}
+	return ""
+}
+
+// plainText reports whether s holds no space and no control character:
+// a part of a URL that may be quoted in a message of one line.
+func plainText(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 127 || r == utf8.RuneError })
 }
 
 // redisTarget is what a Redis URL names, in the forms go-redis parses:
@@ -430,7 +477,7 @@ func parseRedisTarget(raw, what string) (*redisTarget, error) {
 			return nil, usageErrorf("bad %s: database %d is negative", what, opt.DB)
 		}
 		for _, a := range opt.SentinelAddrs {
-			if err := checkPort(a, what); err != nil {
+			if err := checkPort(a, what, false); err != nil {
 				return nil, err
 			}
 		}
@@ -456,7 +503,7 @@ func (t *redisTarget) asCluster(u *url.URL) (*redisTarget, error) {
 		return nil, usageErrorf("bad %s: database %q: a Redis Cluster has only database 0", t.what, db)
 	}
 	for _, a := range opt.Addrs {
-		if err := checkPort(a, t.what); err != nil {
+		if err := checkPort(a, t.what, false); err != nil {
 			return nil, err
 		}
 	}
