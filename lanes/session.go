@@ -48,6 +48,7 @@ type Session struct {
 	hinted   map[string]bool          // waiters a hint named since the last beat
 	settling map[string]chan struct{} // ids a background settle has not finished with: closed when done
 	releases map[string]*releasing    // releases begun and not answered yet, by id
+	borrowed int                      // how many of releases are of entries with ancestors
 	pollAll  bool                     // a hint asked about every entry
 	epoch    string                   // the backend state's epoch, as last seen
 	lastErr  error                    // the last heartbeat's error; nil after a success
@@ -420,6 +421,9 @@ type releasing struct {
 func (s *Session) beginRelease(e *entry) *releasing {
 	r := &releasing{e: e, done: make(chan struct{})}
 	s.releases[e.id] = r
+	if len(e.ancestors) > 0 {
+		s.borrowed++
+	}
 	return r
 }
 
@@ -428,6 +432,9 @@ func (s *Session) endRelease(r *releasing) {
 	s.mu.Lock()
 	if s.releases[r.e.id] == r {
 		delete(s.releases, r.e.id)
+	}
+	if len(r.e.ancestors) > 0 {
+		s.borrowed--
 	}
 	s.mu.Unlock()
 	close(r.done)
@@ -440,6 +447,10 @@ func (s *Session) endRelease(r *releasing) {
 // would report their leases lost.
 func (s *Session) afterReleases(ctx context.Context, self *releasing, match func(ancestors []string) bool) error {
 	s.mu.Lock()
+	if s.borrowed == 0 { // the usual case: no release of a borrower runs
+		s.mu.Unlock()
+		return nil
+	}
 	var wait []chan struct{}
 	for _, r := range s.releases {
 		if r != self && match(r.e.ancestors) {
