@@ -235,64 +235,109 @@ func (s *Session) fail(e *entry, err error) {
 // does not release them: the release after first runs even when Close
 // came meanwhile (a lost lease's entry may still hold slots, a revoked
 // borrower its kept lender's).
+//
+// From now until the release answered, an Enqueue of one of the ids waits
+// (a settling mark, awaitSettles): sent before it, the Enqueue would find
+// the old entry, take it for its own, and the release would then remove
+// it under the new lease. A release that gets no answer becomes a settle
+// (settleLater), which keeps the marks.
 func (s *Session) releaseLater(first func(), ids ...string) {
+	marks := make([]chan struct{}, len(ids))
+	for i, id := range ids {
+		if s.settling[id] == nil { // else marked already: its owner clears it
+			marks[i] = make(chan struct{})
+			s.settling[id] = marks[i]
+		}
+	}
+	s.releaseMarked(first, ids, marks)
+}
+
+// releaseMarked is releaseLater once ids are marked. s.mu is held.
+func (s *Session) releaseMarked(first func(), ids []string, marks []chan struct{}) {
 	if first != nil {
 		go func() {
 			first()
 			s.mu.Lock()
 			closed := s.closed
 			if !closed {
-				s.releaseLater(nil, ids...)
+				s.releaseMarked(nil, ids, marks)
 			}
 			s.mu.Unlock()
 			if closed {
-				s.releaseIDs(ids) // Close waits for no one here
+				s.releaseOrSettle(ids, marks) // Close waits for no one here
 			}
 		}()
 		return
 	}
 	if s.closed {
-		go s.releaseIDs(ids)
+		go s.releaseOrSettle(ids, marks)
 		return
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		s.releaseIDs(ids)
+		s.releaseOrSettle(ids, marks)
 	}()
 }
 
-// releaseIDs releases ids within the release timeout, trying again while
-// the backend cannot be reached.
-func (s *Session) releaseIDs(ids []string) {
+// releaseOrSettle releases ids within the release timeout, trying again
+// while the backend cannot be reached, then clears their marks; when the
+// release got no answer, it settles them instead (settleLater, which takes
+// the marks over).
+func (s *Session) releaseOrSettle(ids []string, marks []chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
-	_ = retry(ctx, s.interval, func(ctx context.Context) error {
+	err := retry(ctx, s.interval, func(ctx context.Context) error {
 		_, err := s.b.Release(ctx, s.owner.ID, ids)
 		return err
 	})
+	if err != nil && (errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
+		s.settleLater(ids)
+		return
+	}
+	s.mu.Lock()
+	for i, id := range ids {
+		if marks[i] != nil && s.settling[id] == marks[i] {
+			delete(s.settling, id)
+			close(marks[i])
+		}
+	}
+	s.mu.Unlock()
 }
 
 // release removes r's entry from the backend with step (nil: a Release
 // step) on a context detached from ctx's cancellation, bounded by the
 // release timeout, trying again while the backend cannot be reached, and
 // ends r (endRelease). It first waits for the releases of the entry's
-// borrowers begun before it (afterReleases). It reports what the entry
+// borrowers begun before it (afterBorrowers). It reports what the entry
 // was, whether an operator had released it by force, and the epoch of the
 // backend's state the step saw.
 func (s *Session) release(ctx context.Context, r *releasing, step func(context.Context, []string) (Released, error)) (_ releasedOne, err error) {
 	defer s.endRelease(r)
+	defer func() {
+		// No answer: the entry may be there still, or be removed later by
+		// a step that arrives late. Settled, its id waits (awaitSettles)
+		// and is then refused while its tombstone lives, so an Enqueue of
+		// it never takes that entry for its own. After Close nothing can
+		// enqueue it here, and the entry expires within its TTL.
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if err != nil && errors.Is(err, ErrUnavailable) && !closed {
+			s.settleLater([]string{r.e.id})
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	id := r.e.id
-	if err := s.afterReleases(ctx, r, func(anc []string) bool { return slices.Contains(anc, id) }); err != nil {
+	if err := s.afterBorrowers(ctx, map[string]uint64{id: r.e.stamp}); err != nil {
 		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.ancestors}})
+			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.stamp}})
 			return err
 		})
 		if err != nil {

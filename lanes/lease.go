@@ -265,7 +265,10 @@ func (l *Lease) Err() error {
 // revoked when the lease it borrowed from ended);
 // ErrNotHolder if an operator had released it by force; ErrUnavailable if
 // the backend could not be reached within the release timeout (the lease
-// then expires within its TTL). After the Session's Close, which ended the
+// then expires within its TTL, and the Session settles its id in the
+// background: an Enqueue of the id waits for that, then is refused with
+// ErrIDRetired while the id's tombstone lives, so that a release step
+// still on its way cannot remove the new entry). After the Session's Close, which ended the
 // lease and released it, it waits for Close's release steps and returns
 // their answer for it: nil, an error wrapping ErrUnavailable, or the
 // ErrNotHolder or ErrLeaseLost of a lease lost before the Close. Later

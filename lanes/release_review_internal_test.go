@@ -519,8 +519,11 @@ func TestReviewBarrierTimesOutWhileQueued(t *testing.T) {
 		go func() { berr <- ls[1].Release(ctx) }()
 		synctest.Wait()
 		lerr := ls[0].ReleaseRecording(ctx, "run1", "l", []byte("ok"), time.Minute) // the clock moves: its wait times out
-		if !errors.Is(lerr, ErrUnavailable) {
-			t.Errorf("ReleaseRecording() whose wait timed out = %v; want ErrUnavailable", lerr)
+		// The borrower's release and the lender's wait time out at the same
+		// instant of the bubble's clock: when the borrower's gives up first,
+		// the lender's wait ends and its step goes out (nil).
+		if lerr != nil && !errors.Is(lerr, ErrUnavailable) {
+			t.Errorf("ReleaseRecording() whose wait timed out = %v; want ErrUnavailable or nil", lerr)
 		}
 		if got := pendingReleases(s); got != 0 && got != 1 {
 			t.Errorf("%d calls pending after the wait timed out", got)

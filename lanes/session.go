@@ -48,12 +48,15 @@ type Session struct {
 	hinted   map[string]bool          // waiters a hint named since the last beat
 	settling map[string]chan struct{} // ids a background settle has not finished with: closed when done
 	releases map[string]*releasing    // releases begun and not answered yet, by id
-	borrowed int                      // how many of releases are of entries with ancestors
-	pollAll  bool                     // a hint asked about every entry
-	epoch    string                   // the backend state's epoch, as last seen
-	lastErr  error                    // the last heartbeat's error; nil after a success
-	inflight time.Time                // when the heartbeat now in flight was sent; zero when none
-	closed   bool
+	// byAncestor holds the releases of releases by each of their entries'
+	// ancestors: a lender's release finds its borrowers' there
+	byAncestor map[string]map[*releasing]struct{}
+	stamps     uint64    // entries made so far; the last one's stamp
+	pollAll    bool      // a hint asked about every entry
+	epoch      string    // the backend state's epoch, as last seen
+	lastErr    error     // the last heartbeat's error; nil after a success
+	inflight   time.Time // when the heartbeat now in flight was sent; zero when none
+	closed     bool
 
 	enq *batcher[Request, Status]          // Enqueue steps of concurrent callers, merged
 	rel *batcher[releaseItem, releasedOne] // Release steps of concurrent leases, merged
@@ -88,12 +91,16 @@ type entry struct {
 	epoch    string        // the backend state's epoch it was enqueued in
 	// ancestors are the entry ids it may borrow from: its request's
 	// lineage and, for each of those this Session knows, that entry's
-	// ancestors. A lender is never its borrower's borrower, so a borrower
-	// has more ancestors than any of its lenders.
+	// ancestors.
 	ancestors []string
-	ctx       context.Context
-	queued    time.Time  // when its Enqueue step was first sent
-	span      trace.Span // its wait
+	// stamp orders the Session's entries as they were made: a borrower's
+	// is greater than its lenders' (a lender holds before its borrower's
+	// request is made). Releases put newer entries first and wait only
+	// for newer ones, so no two releases wait for each other.
+	stamp  uint64
+	ctx    context.Context
+	queued time.Time  // when its Enqueue step was first sent
+	span   trace.Span // its wait
 }
 
 // Option configures NewSession.
@@ -168,6 +175,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		hinted:         map[string]bool{},
 		settling:       map[string]chan struct{}{},
 		releases:       map[string]*releasing{},
+		byAncestor:     map[string]map[*releasing]struct{}{},
 		kick:           make(chan struct{}, 1),
 		stop:           make(chan struct{}),
 		done:           make(chan struct{}),
@@ -267,6 +275,7 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		// waited: a step sent now would make entries nobody keeps alive.
 		return nil, s.abort(ctx, tickets, nil, err)
 	}
+	s.restamp(tickets)
 	sent := tickets[0].e.queued
 	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
 	var inBackend []string                  // ids that may be in the backend
@@ -325,7 +334,8 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	sendAt := 0 // send holds, in order, the requests that take a lane
 	step := map[string]*entry{}
 	for i, r := range reqs {
-		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, ancestors: s.ancestors(r.Lineage, step)}
+		s.stamps++
+		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, ancestors: s.ancestors(r.Lineage, step), stamp: s.stamps}
 		step[r.ID] = e
 		tickets[i] = &Ticket{s: s, e: e}
 		if sendAt == len(send) || send[sendAt].ID != r.ID {
@@ -343,16 +353,33 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	return tickets, send, nil
 }
 
+// restamp gives tickets' entries new stamps, in order, as their step is
+// about to be sent: an entry that waited (awaitSettles) while a lender its
+// lineage names was made is still newer than that lender.
+func (s *Session) restamp(tickets []*Ticket) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range tickets {
+		s.stamps++
+		t.e.stamp = s.stamps
+	}
+}
+
 // ancestors is lineage with, for each of its ids that names a live entry
 // of this Session or of step (earlier entries of the same step), that
 // entry's ancestors: the chain a→m→c is known whole even when c's lineage
 // names only m. An ancestor that lives in another Session counts by its
 // name alone. s.mu is held.
 func (s *Session) ancestors(lineage []string, step map[string]*entry) []string {
+	if len(lineage) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(lineage))
 	var out []string
 	add := func(ids []string) {
 		for _, a := range ids {
-			if !slices.Contains(out, a) { // a lineage may name an id twice
+			if !seen[a] { // a lineage may name an id twice
+				seen[a] = true
 				out = append(out, a)
 			}
 		}
@@ -366,12 +393,11 @@ func (s *Session) ancestors(lineage []string, step map[string]*entry) []string {
 	return out
 }
 
-// borrowersFirst orders a and b, entries of one Release step, borrowers
-// before their lenders: a lender released first would revoke its borrower
-// within the step, and the borrower's lease would read as lost. An entry
-// with more ancestors goes first, which puts every borrower before its
-// lenders, since each has fewer ancestors than it.
-func borrowersFirst(a, b []string) int { return cmp.Compare(len(b), len(a)) }
+// newerFirst orders entries of one Release step by their stamps, newest
+// first: borrowers before their lenders. A lender released first would
+// revoke its borrower within the step, and the borrower's lease would read
+// as lost.
+func newerFirst(a, b uint64) int { return cmp.Compare(b, a) }
 
 // releasedOne is what a Release step says of one id.
 type releasedOne struct {
@@ -416,13 +442,18 @@ type releasing struct {
 
 // beginRelease records that e's release begins, from the moment e stops
 // being kept alive until its step answered (endRelease): its lenders'
-// releases and Close wait for it (afterReleases), and an Enqueue of its id
-// waits for it (awaitSettles). s.mu is held.
+// releases and Close wait for it (afterBorrowers), and an Enqueue of its
+// id waits for it (awaitSettles). s.mu is held.
 func (s *Session) beginRelease(e *entry) *releasing {
 	r := &releasing{e: e, done: make(chan struct{})}
 	s.releases[e.id] = r
-	if len(e.ancestors) > 0 {
-		s.borrowed++
+	for _, a := range e.ancestors {
+		rs := s.byAncestor[a]
+		if rs == nil {
+			rs = map[*releasing]struct{}{}
+			s.byAncestor[a] = rs
+		}
+		rs[r] = struct{}{}
 	}
 	return r
 }
@@ -433,28 +464,30 @@ func (s *Session) endRelease(r *releasing) {
 	if s.releases[r.e.id] == r {
 		delete(s.releases, r.e.id)
 	}
-	if len(r.e.ancestors) > 0 {
-		s.borrowed--
+	for _, a := range r.e.ancestors {
+		if rs := s.byAncestor[a]; rs != nil {
+			if delete(rs, r); len(rs) == 0 {
+				delete(s.byAncestor, a)
+			}
+		}
 	}
 	s.mu.Unlock()
 	close(r.done)
 }
 
-// afterReleases returns once every release begun now, other than self
-// (nil: none), of an entry whose ancestors match has answered or given up,
-// or with ctx's error. A lender's release waits so for its borrowers':
-// sent first, it would revoke them, and their releases, called before it,
-// would report their leases lost.
-func (s *Session) afterReleases(ctx context.Context, self *releasing, match func(ancestors []string) bool) error {
+// afterBorrowers returns once every release begun now of an entry newer
+// than stamps[id] (its borrowers, and theirs) that has one of ids among
+// its ancestors has answered or given up, or with ctx's error. A lender's
+// release waits so for its borrowers': sent first, it would revoke them,
+// and their releases, begun before it, would report their leases lost.
+func (s *Session) afterBorrowers(ctx context.Context, stamps map[string]uint64) error {
 	s.mu.Lock()
-	if s.borrowed == 0 { // the usual case: no release of a borrower runs
-		s.mu.Unlock()
-		return nil
-	}
 	var wait []chan struct{}
-	for _, r := range s.releases {
-		if r != self && match(r.e.ancestors) {
-			wait = append(wait, r.done)
+	for id, stamp := range stamps {
+		for r := range s.byAncestor[id] {
+			if r.e.stamp > stamp {
+				wait = append(wait, r.done)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -468,11 +501,10 @@ func (s *Session) afterReleases(ctx context.Context, self *releasing, match func
 	return nil
 }
 
-// releaseItem is one entry of a Release step: its id and its ancestors
-// (entry.ancestors).
+// releaseItem is one entry of a Release step: its id and its stamp.
 type releaseItem struct {
-	id        string
-	ancestors []string
+	id    string
+	stamp uint64
 }
 
 // releaseTimedOut is err, the error of the release steps by (who sent
@@ -508,7 +540,7 @@ func (s *Session) batchers() {
 			for i := range order {
 				order[i] = i
 			}
-			slices.SortStableFunc(order, func(a, b int) int { return borrowersFirst(items[a].ancestors, items[b].ancestors) })
+			slices.SortStableFunc(order, func(a, b int) int { return newerFirst(items[a].stamp, items[b].stamp) })
 			ids := make([]string, len(items))
 			for i, j := range order {
 				ids[i] = items[j].id
@@ -826,15 +858,15 @@ func (s *Session) Close() error {
 	s.closed = true
 	var ids []string
 	type held struct {
-		deadline  time.Time
-		epoch     string
-		ancestors []string
+		deadline time.Time
+		epoch    string
+		stamp    uint64
 	}
 	kept := map[string]held{}
 	for _, e := range s.entries {
 		if !e.pending { // an entry still in its Enqueue step is settled by it
 			ids = append(ids, e.id)
-			kept[e.id] = held{e.deadline, e.epoch, e.ancestors}
+			kept[e.id] = held{e.deadline, e.epoch, e.stamp}
 		}
 		s.untrack(e)
 		if e.lease != nil {
@@ -848,16 +880,18 @@ func (s *Session) Close() error {
 	<-s.done
 	var errs []error
 	slices.SortFunc(ids, func(a, b string) int {
-		return cmp.Or(borrowersFirst(kept[a].ancestors, kept[b].ancestors), cmp.Compare(a, b))
+		return newerFirst(kept[a].stamp, kept[b].stamp)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
 	// After the releases begun before Close of borrowers of the ids; the
 	// borrowers among the ids go first in their steps.
-	waited := s.afterReleases(ctx, nil, func(anc []string) bool {
-		return slices.ContainsFunc(anc, func(a string) bool { _, ok := kept[a]; return ok })
-	})
+	stamps := make(map[string]uint64, len(kept))
+	for id, h := range kept {
+		stamps[id] = h.stamp
+	}
+	waited := s.afterBorrowers(ctx, stamps)
 	for piece := range slices.Chunk(ids, releasePiece) {
 		if waited != nil {
 			err := releaseTimedOut(waited, "the Session's Close")
@@ -869,7 +903,7 @@ func (s *Session) Close() error {
 		}
 		items := make([]releaseItem, len(piece))
 		for i, id := range piece {
-			items[i] = releaseItem{id, kept[id].ancestors}
+			items[i] = releaseItem{id, kept[id].stamp}
 		}
 		var rs []releasedOne
 		err := retry(ctx, s.interval, func(ctx context.Context) error {
