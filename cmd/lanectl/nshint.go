@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lanes-dev/lanes/internal/textdist"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -67,7 +68,7 @@ func namespaceHint(ctx context.Context, b lanes.Backend, ns string) nsHint {
 	}
 	dist := make(map[string]int, len(others))
 	for _, n := range others {
-		dist[n] = editDistance(ns, n)
+		dist[n] = textdist.Levenshtein(ns, n)
 	}
 	slices.SortFunc(others, func(a, b string) int {
 		if d := dist[a] - dist[b]; d != 0 {
@@ -125,28 +126,6 @@ func scanNamespaces(ctx context.Context, c redis.UniversalClient, prefix string)
 		complete = false
 	}
 	return seen, complete
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes
-// (namespaces are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // line is what status prints of h, "" for a namespace that has lanes.

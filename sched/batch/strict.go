@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/lanes-dev/lanes/internal/textdist"
 )
 
 // The key names of each table, spelled exactly: the decoder also matches a
@@ -97,28 +99,13 @@ func suggest(names []string, s string) string {
 	return best
 }
 
-// distance is the Levenshtein distance of a and b, in bytes.
+// distance is the Levenshtein distance of a and b, in bytes, or 64 for
+// longer strings.
 func distance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 64
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return textdist.Levenshtein(a, b)
 }
 
 // describe names the TOML type of a decoded value, with an article.
