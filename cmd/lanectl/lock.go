@@ -130,7 +130,7 @@ with CMD's status.`,
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once; every user of a key must name the same limit")
+	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once (1, or unbounded with --rate and no --limit); every user of a key must name the same limit")
 	f.StringVar(&o.rateFlag, "rate", "", "at most N grants per window for each key, across every process: N/s, N/m, N/h or N/<duration>; without --limit, the rate is the only bound")
 	f.IntVar(&o.cost, "cost", 0, "units of --rate this lock spends (default 1; at most the rate's N)")
 	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanes-dev/lanes/internal/textdist"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -34,7 +39,9 @@ borrower releases or expires. Durations are measured on the Redis clock.
 A namespace that has no lanes on the server at all (never used there, or
 mistyped) is said so, with up to five namespaces that have lanes there, the
 closest to the one named first (found by a bounded SCAN; --json:
-"no_lanes" and "other_namespaces").`,
+"no_lanes" and "other_namespaces"). Keys named that nobody holds or waits
+for, in a namespace where other keys are busy, are said so with up to five
+of those, the closest to a key named first (--json: "other_keys").`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args {
 				if err := lanes.ValidateKey(k); err != nil {
@@ -68,6 +75,18 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		h := namespaceHint(cmd.Context(), b, v.Namespace)
 		v.NoLanes, v.OtherNamespaces, v.noLanesLine = h.absent, h.others, h.line(v.Namespace)
 	}
+	if len(v.Keys) == 0 && !v.NoLanes && len(o.keys) > 0 {
+		// Named keys that nobody holds or waits for: perhaps a typo, so
+		// name the keys that have holders or waiters, closest first.
+		if busy, err := o.global.snapshot(cmd.Context(), b, nil); err == nil && len(busy.Keys) > 0 {
+			v.OtherKeys = closestKeys(o.keys, busy.Keys, maxKeyHints)
+			v.noLanesLine = fmt.Sprintf("no holders or waiters for %s; keys with holders or waiters, closest first: %s",
+				strings.Join(o.keys, ", "), strings.Join(v.OtherKeys, ", "))
+			if len(busy.Keys) > maxKeyHints {
+				v.noLanesLine += ", ..."
+			}
+		}
+	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(v)
 }
 
@@ -88,7 +107,39 @@ type statusView struct {
 	// `status` alone sets them; both are left out otherwise.
 	NoLanes         bool     `json:"no_lanes,omitempty"`
 	OtherNamespaces []string `json:"other_namespaces,omitempty"`
-	noLanesLine     string   // what the table says of it
+	// OtherKeys: the keys named have no holders or waiters, and these
+	// (at most maxKeyHints, the closest to a named one first) have.
+	OtherKeys   []string `json:"other_keys,omitempty"`
+	noLanesLine string   // what the table says of it
+}
+
+// maxKeyHints is how many busy keys status names when the keys it was
+// given have no holders or waiters.
+const maxKeyHints = 5
+
+// closestKeys returns the names of up to n of keys, the closest to one of
+// named first (edit distance; keys longer than 64 bytes count as far),
+// ties in name order.
+func closestKeys(named []string, keys []lanes.KeyState, n int) []string {
+	type scored struct {
+		name string
+		dist int
+	}
+	all := make([]scored, len(keys))
+	for i, k := range keys {
+		all[i] = scored{k.Key, 64}
+		for _, w := range named {
+			if len(w) <= 64 && len(k.Key) <= 64 {
+				all[i].dist = min(all[i].dist, textdist.Levenshtein(w, k.Key))
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b scored) int { return cmp.Or(cmp.Compare(a.dist, b.dist), cmp.Compare(a.name, b.name)) })
+	names := make([]string, 0, min(n, len(all)))
+	for _, k := range all[:min(n, len(all))] {
+		names = append(names, k.name)
+	}
+	return names
 }
 
 type statusKey struct {

@@ -284,3 +284,31 @@ func TestStatusNamespaceWithNoLanes(t *testing.T) {
 		}
 	})
 }
+
+// status of a key nobody holds or waits for, in a namespace whose other
+// keys are busy (a mistyped key), names the busy keys, the closest to the
+// one asked first; with --json as other_keys (forEachServer: miniredis and
+// real Redis).
+func TestStatusIdleKeyNamesBusyKeys(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		populate(t, s) // k1, k2, k3 busy
+		code, out, stderr := runInProcess(t, s.args("status", "k3x")...)
+		want := "namespace " + s.ns + " on " + s.url + "\nno holders or waiters for k3x; keys with holders or waiters, closest first: k3, k1, k2\n"
+		if code != 0 || stderr != "" || out != want {
+			t.Errorf("status k3x = %d, %q, stderr %q; want 0 and\n%s", code, out, stderr, want)
+		}
+		_, out, _ = runInProcess(t, s.args("status", "k3x", "--json")...)
+		var got struct {
+			OtherKeys []string `json:"other_keys"`
+			Keys      []any    `json:"keys"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil || !slices.Equal(got.OtherKeys, []string{"k3", "k1", "k2"}) || len(got.Keys) != 0 {
+			t.Errorf("status k3x --json = %s (%v); want other_keys [k3 k1 k2] and no keys", out, err)
+		}
+		// A busy key asked for: its table, no hint.
+		_, out, _ = runInProcess(t, s.args("status", "k3")...)
+		if strings.Contains(out, "closest first") || !strings.Contains(out, "w3") {
+			t.Errorf("status k3 = %q; want its table (w3 waiting) and no hint", out)
+		}
+	})
+}
