@@ -291,7 +291,10 @@ func (s *Session) releaseOrSettle(ids []string, marks []chan struct{}) {
 		_, err := s.b.Release(ctx, s.owner.ID, ids)
 		return err
 	})
-	if err != nil && (errors.Is(err, ErrUnavailable) || ctx.Err() != nil) {
+	s.mu.Lock()
+	closed := s.closed // then nothing enqueues the ids here: no settle
+	s.mu.Unlock()
+	if err != nil && (errors.Is(err, ErrUnavailable) || ctx.Err() != nil) && !closed {
 		s.settleLater(ids)
 		return
 	}

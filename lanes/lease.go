@@ -88,7 +88,8 @@ func (t *Ticket) result() (*Lease, error) {
 // Cancel takes the entry out of every queue, or gives back its grant if it
 // was granted (a Lease that Wait returned ends as released). It returns the
 // release step's error, wrapping ErrUnavailable when the backend could not be
-// reached; the entry then expires within the TTL.
+// reached; the entry then expires within the TTL, and its id is settled:
+// refused (ErrIDRetired) for twice the TTL (see Session.Acquire).
 func (t *Ticket) Cancel(ctx context.Context) error {
 	return t.abandon(ctx, fmt.Errorf("%w: %w", ErrCanceled, context.Canceled))
 }
@@ -191,6 +192,10 @@ func (l *Lease) Margin() time.Duration {
 // lease (lanectl kills its command there). f runs on a goroutine of its
 // own; if the lease is lost already, at once. The returned function
 // unregisters f; it reports whether f was still to run.
+//
+// An Enqueue of the lost lease's id waits until every f has returned and
+// the slots were given back (else it would find the lost entry and take it
+// for its own): one made from f itself waits until its context ends.
 func (l *Lease) OnLost(f func()) (cancel func() bool) {
 	l.mu.Lock()
 	if l.err != nil {

@@ -51,7 +51,13 @@ type Session struct {
 	// byAncestor holds the releases of releases by each of their entries'
 	// ancestors: a lender's release finds its borrowers' there
 	byAncestor map[string]map[*releasing]struct{}
-	stamps     uint64    // entries made so far; the last one's stamp
+	stamps     uint64 // entries made so far; the last one's stamp
+	// settles ends a release timeout after Close began: the background
+	// settles begun before stop then, so that Close waits for them no
+	// longer (the entries expire within their TTL, and nothing can
+	// enqueue their ids here any more)
+	settles    context.Context
+	endSettles context.CancelFunc
 	pollAll    bool      // a hint asked about every entry
 	epoch      string    // the backend state's epoch, as last seen
 	lastErr    error     // the last heartbeat's error; nil after a success
@@ -208,6 +214,7 @@ func NewSession(ctx context.Context, b Backend, opts ...Option) (*Session, error
 		return nil, err
 	}
 	s.unsubscribe = unsub
+	s.settles, s.endSettles = context.WithCancel(context.Background())
 	go s.loop()
 	return s, nil
 }
@@ -236,7 +243,12 @@ func (s *Session) Done() <-chan struct{} { return s.done }
 // an *InvalidError for a malformed request, a *LimitMismatchError, an
 // *IDConflictError, a *LockCycleError, ErrUnavailable when the backend cannot
 // be reached, ErrLeaseLost when the backend evicted the waiting entry, or
-// ErrClosed.
+// ErrClosed; or ErrIDRetired (which wraps ErrCanceled) when req.ID is an id
+// this Session settled: an earlier entry of that id whose step, or whose
+// release, got no answer (so that no step still on its way can remove the
+// new entry). The id is refused for twice the TTL; a new id, or the same
+// one after that, is taken. A wait that ended while the backend could not
+// be reached leaves its id so.
 func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	ts, err := s.Enqueue(ctx, req)
 	if err != nil {
@@ -275,7 +287,6 @@ func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, erro
 		// waited: a step sent now would make entries nobody keeps alive.
 		return nil, s.abort(ctx, tickets, nil, err)
 	}
-	s.restamp(tickets)
 	sent := tickets[0].e.queued
 	step := s.tel.stepContext(ctx, tickets) // the step's span is a child of a wait
 	var inBackend []string                  // ids that may be in the backend
@@ -353,15 +364,18 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	return tickets, send, nil
 }
 
-// restamp gives tickets' entries new stamps, in order, as their step is
-// about to be sent: an entry that waited (awaitSettles) while a lender its
-// lineage names was made is still newer than that lender.
-func (s *Session) restamp(tickets []*Ticket) {
+// stamp gives the entries of reqs, a step about to be sent, new stamps in
+// the step's order (steps go one at a time): a borrower in the step or a
+// later one is newer than a lender in an earlier place, whatever order
+// their Enqueue calls were made in.
+func (s *Session) stamp(reqs []Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, t := range tickets {
-		s.stamps++
-		t.e.stamp = s.stamps
+	for _, r := range reqs {
+		if e := s.entries[r.ID]; e != nil && e.pending {
+			s.stamps++
+			e.stamp = s.stamps
+		}
 	}
 }
 
@@ -529,6 +543,7 @@ func (s *Session) batchers() {
 	s.enq = &batcher[Request, Status]{
 		max: enqueuePiece,
 		run: func(ctx context.Context, reqs []Request) ([]Status, error) {
+			s.stamp(reqs)
 			return s.b.Enqueue(ctx, s.owner, s.ttl, reqs)
 		},
 		split: func(err error) bool { return errors.Is(err, ErrLimitMismatch) || errors.Is(err, ErrInvalid) },
@@ -799,7 +814,13 @@ func (s *Session) settleLater(ids []string) {
 			s.mu.Unlock()
 		}()
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*s.ttl+s.releaseTimeout)
+		ctx, cancel := context.WithTimeout(s.settles, 2*s.ttl+s.releaseTimeout)
+		s.mu.Lock()
+		if s.closed { // run by the caller (background): the release timeout, no more
+			cancel()
+			ctx, cancel = context.WithTimeout(context.Background(), s.releaseTimeout)
+		}
+		s.mu.Unlock()
 		defer cancel()
 		for piece := range slices.Chunk(ids, releasePiece) {
 			_ = retry(ctx, s.interval, func(ctx context.Context) error {
@@ -876,6 +897,10 @@ func (s *Session) Close() error {
 		}
 	}
 	s.mu.Unlock()
+	// The background settles begun before Close get the release timeout
+	// from now, no more: Close waits for them no longer.
+	cut := time.AfterFunc(s.releaseTimeout, s.endSettles)
+	defer cut.Stop()
 	close(s.stop)
 	<-s.done
 	var errs []error
@@ -930,6 +955,7 @@ func (s *Session) Close() error {
 	err := errors.Join(errs...)
 	s.unsubscribe()
 	s.bg.Wait()
+	s.endSettles()
 	return err
 }
 
