@@ -136,6 +136,12 @@ func (s *Session) renew(e *entry, sent time.Time) {
 func (s *Session) expire(e *entry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireLocked(e)
+}
+
+// expireLocked ends e, once its local deadline passed, as expire does.
+// s.mu is held.
+func (s *Session) expireLocked(e *entry) {
 	if e.finished || time.Now().Before(e.deadline) {
 		return
 	}

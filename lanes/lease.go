@@ -248,9 +248,8 @@ func (l *Lease) Context() context.Context { return l.ctx }
 func (l *Lease) Err() error {
 	if l.s != nil && l.e.timer != nil {
 		l.s.mu.Lock()
-		if !l.e.finished && !time.Now().Before(l.e.deadline) {
-			l.s.lose(l.e, entryError(ErrLeaseLost, "entry %s: its local deadline passed before a renewal", l.e.id))
-		}
+		l.s.expireLocked(l.e) // lost, and why, as the timer would say
+
 		l.s.mu.Unlock()
 	}
 	l.mu.Lock()

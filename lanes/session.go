@@ -58,6 +58,7 @@ type Session struct {
 	// enqueue their ids here any more)
 	settles    context.Context
 	endSettles context.CancelFunc
+	closeBy    time.Time // when Close began, plus the release timeout
 	pollAll    bool      // a hint asked about every entry
 	epoch      string    // the backend state's epoch, as last seen
 	lastErr    error     // the last heartbeat's error; nil after a success
@@ -816,7 +817,8 @@ func (s *Session) settleLater(ids []string) {
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
 		ctx, cancel := context.WithTimeout(s.settles, 2*s.ttl+s.releaseTimeout)
 		s.mu.Lock()
-		if s.closed { // run by the caller (background): the release timeout, no more
+		early := !s.closed
+		if !early { // run by the caller (background): the release timeout, no more
 			cancel()
 			ctx, cancel = context.WithTimeout(context.Background(), s.releaseTimeout)
 		}
@@ -824,6 +826,17 @@ func (s *Session) settleLater(ids []string) {
 		defer cancel()
 		for piece := range slices.Chunk(ids, releasePiece) {
 			_ = retry(ctx, s.interval, func(ctx context.Context) error {
+				// Each try gets a release timeout, and one begun before
+				// Close ends by s.closeBy: a client ends a command at its
+				// context's deadline, not always at its cancellation.
+				by := time.Now().Add(s.releaseTimeout)
+				s.mu.Lock()
+				if early && !s.closeBy.IsZero() && s.closeBy.Before(by) {
+					by = s.closeBy
+				}
+				s.mu.Unlock()
+				ctx, cancel := context.WithDeadline(ctx, by)
+				defer cancel()
 				_, err := s.b.Settle(ctx, s.owner.ID, lifetime, piece)
 				return err
 			})
@@ -899,6 +912,9 @@ func (s *Session) Close() error {
 	s.mu.Unlock()
 	// The background settles begun before Close get the release timeout
 	// from now, no more: Close waits for them no longer.
+	s.mu.Lock()
+	s.closeBy = time.Now().Add(s.releaseTimeout)
+	s.mu.Unlock()
 	cut := time.AfterFunc(s.releaseTimeout, s.endSettles)
 	defer cut.Stop()
 	close(s.stop)
