@@ -16,7 +16,7 @@ import (
 // a file while it writes it, and passes the fencing token to the storage.
 func Example() {
 	ctx := context.Background()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 
 	backend, err := redislane.New(client, "agents")

@@ -106,6 +106,11 @@ func WithPrefix(p string) Option {
 // New returns the Backend of namespace ns on c. It does not contact Redis;
 // the first step does. The error wraps lanes.ErrInvalid for a bad namespace
 // or option. Close ends its subscription; c stays the caller's to close.
+//
+// Make c with ContextTimeoutEnabled set (redis.Options and the others):
+// without it go-redis bounds a command's reads by its ReadTimeout (3s a
+// try by default) whatever the context says, and a Session's release and
+// Close run past their release timeout while Redis does not answer.
 func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 	if err := lanes.ValidateNamespace(ns); err != nil {
 		return nil, err

@@ -21,6 +21,7 @@ import (
 func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) (redis.UniversalClient, error) {
 	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
+	t.honourContexts()
 	switch {
 	case t.cluster != nil:
 		return g.check(ctx, pctx, redis.NewClusterClient(t.cluster))
@@ -104,6 +105,21 @@ func (g *globalOptions) connectError(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return &unreachableError{url: redactURL(g.redisURL), err: err}
+}
+
+// honourContexts makes the client t gives end a command when its
+// context ends: go-redis otherwise bounds a command's socket reads by its
+// ReadTimeout only (3s a try), so a release step on a paused server took
+// several of those past the release timeout, and lock's exit with it.
+func (t *redisTarget) honourContexts() {
+	switch {
+	case t.cluster != nil:
+		t.cluster.ContextTimeoutEnabled = true
+	case t.failover != nil:
+		t.failover.ContextTimeoutEnabled = true
+	default:
+		t.single.ContextTimeoutEnabled = true
+	}
 }
 
 // notSentinel reports whether err holds a server's refusal of the

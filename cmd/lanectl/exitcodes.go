@@ -151,7 +151,9 @@ func classify(err error) (int, string) {
 		code = exitConfig
 	case errors.Is(err, lanes.ErrUnavailable):
 		code = exitUnavailable
-	case errors.Is(err, lanes.ErrWaitTimeout), errors.Is(err, lanes.ErrIDRetired):
+	case errors.Is(err, lanes.ErrIDRetired):
+		return exitWaitTimeout, "id_retired"
+	case errors.Is(err, lanes.ErrWaitTimeout):
 		code = exitWaitTimeout
 	case errors.Is(err, lanes.ErrLeaseLost):
 		code = exitLeaseLost

@@ -368,6 +368,9 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		}
 		return &exitError{code: o.conflictCode, kind: "wait_timeout", err: fmt.Errorf("waited %v for %s: not granted%s", o.wait, o.keyList(), o.waitedFor)}
 	}
+	if errors.Is(err, lanes.ErrIDRetired) {
+		return &exitError{code: exitWaitTimeout, kind: "id_retired", err: fmt.Errorf("--id %s cannot be used now: %s (an earlier lock of that id ended without Redis answering, and the id is refused for up to %v so that a late step cannot touch the new one); run again later, or with another --id", o.id, reason(err), 2*o.ttl)}
+	}
 	if errors.Is(err, lanes.ErrLeaseLost) {
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("removed from the queue of %s before the grant: %s", o.keyList(), reason(err))}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanes-dev/lanes/lanes"
 )
@@ -123,4 +124,27 @@ func TestLockTryBadFlags(t *testing.T) {
 		assertOneLine(t, stderr)
 	}
 	s.assertEmpty(t)
+}
+
+// lock --id of an id Redis holds a tombstone for (a settled id: an earlier
+// step of it got no answer) exits 75, says the id cannot be used now, for
+// how long at most and what to do, and --json names the kind id_retired
+// (forEachServer: miniredis and real Redis).
+func TestLockRetiredIDSaysWhatToDo(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := s.b.Settle(ctx, "gone-owner", time.Minute, []string{"fixed-id"}); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runInProcess(t, s.args("lock", "--ttl", "3s", "--id", "fixed-id", "k", "--", "true")...)
+		if code != exitWaitTimeout || !strings.Contains(stderr, "--id fixed-id cannot be used now") ||
+			!strings.Contains(stderr, "6s") || !strings.Contains(stderr, "another --id") || strings.Count(stderr, "\n") != 1 {
+			t.Errorf("lock --id of a retired id = %d, %q; want %d and one line: cannot be used now, for up to 6s, another --id", code, stderr, exitWaitTimeout)
+		}
+		code, _, stderr = runInProcess(t, s.args("--json", "lock", "--id", "fixed-id", "k", "--", "true")...)
+		if code != exitWaitTimeout || !strings.Contains(stderr, `"code":"id_retired"`) {
+			t.Errorf("--json lock --id of a retired id = %d, %q; want %d and code id_retired", code, stderr, exitWaitTimeout)
+		}
+	})
 }

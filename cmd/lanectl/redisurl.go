@@ -508,6 +508,7 @@ func (t *redisTarget) asCluster(u *url.URL) (*redisTarget, error) {
 		}
 	}
 	t.single, t.cluster = nil, opt
+	opt.ContextTimeoutEnabled = true // see honourContexts
 	return t, nil
 }
 
