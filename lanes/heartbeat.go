@@ -297,49 +297,25 @@ func (s *Session) releaseOrSettle(ids []string, marks []chan struct{}) {
 		_, err := s.b.Release(ctx, s.owner.ID, ids)
 		return err
 	})
-	s.mu.Lock()
-	closed := s.closed // then nothing enqueues the ids here: no settle
-	s.mu.Unlock()
-	if err != nil && (errors.Is(err, ErrUnavailable) || ctx.Err() != nil) && !closed {
-		s.settleLater(ids)
-		return
+	if !s.settleUnanswered(ids, releaseTimedOut(err, "a lost lease's release")) {
+		s.clearMarks(ids, marks)
 	}
-	s.mu.Lock()
-	for i, id := range ids {
-		if marks[i] != nil && s.settling[id] == marks[i] {
-			delete(s.settling, id)
-			close(marks[i])
-		}
-	}
-	s.mu.Unlock()
 }
 
 // release removes r's entry from the backend with step (nil: a Release
 // step) on a context detached from ctx's cancellation, bounded by the
 // release timeout, trying again while the backend cannot be reached, and
 // ends r (endRelease). It first waits for the releases of the entry's
-// borrowers begun before it (afterBorrowers). It reports what the entry
+// borrowers begun before it (releasing.after). It reports what the entry
 // was, whether an operator had released it by force, and the epoch of the
 // backend's state the step saw.
 func (s *Session) release(ctx context.Context, r *releasing, step func(context.Context, []string) (Released, error)) (_ releasedOne, err error) {
 	defer s.endRelease(r)
-	defer func() {
-		// No answer: the entry may be there still, or be removed later by
-		// a step that arrives late. Settled, its id waits (awaitSettles)
-		// and is then refused while its tombstone lives, so an Enqueue of
-		// it never takes that entry for its own. After Close nothing can
-		// enqueue it here, and the entry expires within its TTL.
-		s.mu.Lock()
-		closed := s.closed
-		s.mu.Unlock()
-		if err != nil && errors.Is(err, ErrUnavailable) && !closed {
-			s.settleLater([]string{r.e.id})
-		}
-	}()
+	defer func() { s.settleUnanswered([]string{r.e.id}, err) }() // before endRelease: no gap for an Enqueue
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 	defer cancel()
 	id := r.e.id
-	if err := s.afterBorrowers(ctx, map[string]uint64{id: r.e.stamp}); err != nil {
+	if err := awaitAll(ctx, r.after); err != nil {
 		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
 	if step == nil { // a plain release: merged with other leases' (batch.go)

@@ -249,7 +249,6 @@ func (l *Lease) Err() error {
 	if l.s != nil && l.e.timer != nil {
 		l.s.mu.Lock()
 		l.s.expireLocked(l.e) // lost, and why, as the timer would say
-
 		l.s.mu.Unlock()
 	}
 	l.mu.Lock()
@@ -272,8 +271,9 @@ func (l *Lease) Err() error {
 // then expires within its TTL, and the Session settles its id in the
 // background: an Enqueue of the id waits for that, then is refused with
 // ErrIDRetired while the id's tombstone lives, so that a release step
-// still on its way cannot remove the new entry). After the Session's Close, which ended the
-// lease and released it, it waits for Close's release steps and returns
+// still on its way cannot remove the new entry). After the Session's
+// Close, which ended the lease and released it, it waits for Close's
+// release steps and returns
 // their answer for it: nil, an error wrapping ErrUnavailable, or the
 // ErrNotHolder or ErrLeaseLost of a lease lost before the Close. Later
 // calls return the first result.

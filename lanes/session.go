@@ -100,10 +100,11 @@ type entry struct {
 	// lineage and, for each of those this Session knows, that entry's
 	// ancestors.
 	ancestors []string
-	// stamp orders the Session's entries as they were made: a borrower's
-	// is greater than its lenders' (a lender holds before its borrower's
-	// request is made). Releases put newer entries first and wait only
-	// for newer ones, so no two releases wait for each other.
+	// stamp orders the Session's entries that take a lane as their steps
+	// were sent (Session.stamp): a borrower's is greater than its
+	// lenders' (a lender holds before its borrower's step is sent).
+	// Releases put newer entries first and wait only for newer ones, so
+	// no two releases wait for each other.
 	stamp  uint64
 	ctx    context.Context
 	queued time.Time  // when its Enqueue step was first sent
@@ -346,8 +347,7 @@ func (s *Session) prepare(ctx context.Context, reqs []Request) ([]*Ticket, []Req
 	sendAt := 0 // send holds, in order, the requests that take a lane
 	step := map[string]*entry{}
 	for i, r := range reqs {
-		s.stamps++
-		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, ancestors: s.ancestors(r.Lineage, step), stamp: s.stamps}
+		e := &entry{id: r.ID, ready: make(chan struct{}), ctx: values, queued: sent, ancestors: s.ancestors(r.Lineage, step)}
 		step[r.ID] = e
 		tickets[i] = &Ticket{s: s, e: e}
 		if sendAt == len(send) || send[sendAt].ID != r.ID {
@@ -449,18 +449,20 @@ func releasedAt(r Released, i, n int) releasedOne {
 }
 
 // releasing is a release of entry e begun (its entry no longer kept alive)
-// and not answered yet; done closes once it is, or once it gave up.
+// and not answered yet; done closes once it is, or once it gave up. after
+// holds the done channels of its borrowers' releases begun before it.
 type releasing struct {
-	e    *entry
-	done chan struct{}
+	e     *entry
+	done  chan struct{}
+	after []chan struct{}
 }
 
 // beginRelease records that e's release begins, from the moment e stops
 // being kept alive until its step answered (endRelease): its lenders'
-// releases and Close wait for it (afterBorrowers), and an Enqueue of its
-// id waits for it (awaitSettles). s.mu is held.
+// releases and Close wait for it (borrowersOf), and an Enqueue of its id
+// waits for it (awaitSettles). s.mu is held.
 func (s *Session) beginRelease(e *entry) *releasing {
-	r := &releasing{e: e, done: make(chan struct{})}
+	r := &releasing{e: e, done: make(chan struct{}), after: s.borrowersOf(e.id, e.stamp, nil)}
 	s.releases[e.id] = r
 	for _, a := range e.ancestors {
 		rs := s.byAncestor[a]
@@ -490,22 +492,23 @@ func (s *Session) endRelease(r *releasing) {
 	close(r.done)
 }
 
-// afterBorrowers returns once every release begun now of an entry newer
-// than stamps[id] (its borrowers, and theirs) that has one of ids among
-// its ancestors has answered or given up, or with ctx's error. A lender's
-// release waits so for its borrowers': sent first, it would revoke them,
-// and their releases, begun before it, would report their leases lost.
-func (s *Session) afterBorrowers(ctx context.Context, stamps map[string]uint64) error {
-	s.mu.Lock()
-	var wait []chan struct{}
-	for id, stamp := range stamps {
-		for r := range s.byAncestor[id] {
-			if r.e.stamp > stamp {
-				wait = append(wait, r.done)
-			}
+// borrowersOf appends to wait the done channels of the releases begun of
+// entries newer than stamp that have id among their ancestors (its
+// borrowers, and theirs). A lender's release waits for them: sent first,
+// it would revoke them, and their releases, begun before it, would report
+// their leases lost. s.mu is held.
+func (s *Session) borrowersOf(id string, stamp uint64, wait []chan struct{}) []chan struct{} {
+	for r := range s.byAncestor[id] {
+		if r.e.stamp > stamp {
+			wait = append(wait, r.done)
 		}
 	}
-	s.mu.Unlock()
+	return wait
+}
+
+// awaitAll returns once every channel of wait is closed, or with ctx's
+// error.
+func awaitAll(ctx context.Context, wait []chan struct{}) error {
 	for _, done := range wait {
 		select {
 		case <-done:
@@ -804,25 +807,16 @@ func (s *Session) settleLater(ids []string) {
 	}
 	s.mu.Unlock()
 	settle := func() {
-		defer func() {
-			s.mu.Lock()
-			for i, id := range ids {
-				if s.settling[id] == done[i] {
-					delete(s.settling, id)
-					close(done[i])
-				}
-			}
-			s.mu.Unlock()
-		}()
+		defer s.clearMarks(ids, done)
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
-		ctx, cancel := context.WithTimeout(s.settles, 2*s.ttl+s.releaseTimeout)
 		s.mu.Lock()
 		early := !s.closed
-		if !early { // run by the caller (background): the release timeout, no more
-			cancel()
-			ctx, cancel = context.WithTimeout(context.Background(), s.releaseTimeout)
-		}
 		s.mu.Unlock()
+		parent, budget := s.settles, 2*s.ttl+s.releaseTimeout
+		if !early { // run by the caller (background): the release timeout, no more
+			parent, budget = context.Background(), s.releaseTimeout
+		}
+		ctx, cancel := context.WithTimeout(parent, budget)
 		defer cancel()
 		for piece := range slices.Chunk(ids, releasePiece) {
 			_ = retry(ctx, s.interval, func(ctx context.Context) error {
@@ -843,6 +837,40 @@ func (s *Session) settleLater(ids []string) {
 		}
 	}
 	s.background(settle)
+}
+
+// clearMarks ends the settling marks of ids that are still marks[i] (nil:
+// none of its own), waking the Enqueue calls that wait for them.
+func (s *Session) clearMarks(ids []string, marks []chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		if marks[i] != nil && s.settling[id] == marks[i] {
+			delete(s.settling, id)
+			close(marks[i])
+		}
+	}
+}
+
+// settleUnanswered settles ids in the background (settleLater) when err,
+// a release's, says it got no answer and the Session is not closed, and
+// reports whether it did. The entries may be there still, or be removed
+// later by a step that arrives late: settled, their ids wait
+// (awaitSettles) and are then refused while their tombstones live, so an
+// Enqueue of one never takes such an entry for its own. After Close
+// nothing can enqueue them here, and the entries expire within their TTL.
+func (s *Session) settleUnanswered(ids []string, err error) bool {
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		return false
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return false
+	}
+	s.settleLater(ids)
+	return true
 }
 
 // background runs f on a goroutine that Close waits for; once Close has
@@ -897,10 +925,14 @@ func (s *Session) Close() error {
 		stamp    uint64
 	}
 	kept := map[string]held{}
+	// The releases begun before Close of borrowers of its entries go
+	// first; the borrowers among them go first in Close's steps.
+	var borrowers []chan struct{}
 	for _, e := range s.entries {
 		if !e.pending { // an entry still in its Enqueue step is settled by it
 			ids = append(ids, e.id)
 			kept[e.id] = held{e.deadline, e.epoch, e.stamp}
+			borrowers = s.borrowersOf(e.id, e.stamp, borrowers)
 		}
 		s.untrack(e)
 		if e.lease != nil {
@@ -909,10 +941,8 @@ func (s *Session) Close() error {
 			s.endWait(e, ErrClosed)
 		}
 	}
-	s.mu.Unlock()
 	// The background settles begun before Close get the release timeout
 	// from now, no more: Close waits for them no longer.
-	s.mu.Lock()
 	s.closeBy = time.Now().Add(s.releaseTimeout)
 	s.mu.Unlock()
 	cut := time.AfterFunc(s.releaseTimeout, s.endSettles)
@@ -926,32 +956,21 @@ func (s *Session) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
-	// After the releases begun before Close of borrowers of the ids; the
-	// borrowers among the ids go first in their steps.
-	stamps := make(map[string]uint64, len(kept))
-	for id, h := range kept {
-		stamps[id] = h.stamp
-	}
-	waited := s.afterBorrowers(ctx, stamps)
+	waited := awaitAll(ctx, borrowers)
 	for piece := range slices.Chunk(ids, releasePiece) {
-		if waited != nil {
-			err := releaseTimedOut(waited, "the Session's Close")
-			errs = append(errs, err)
-			for _, id := range piece {
-				closeErrs[id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", id, err)
-			}
-			continue
-		}
 		items := make([]releaseItem, len(piece))
 		for i, id := range piece {
 			items[i] = releaseItem{id, kept[id].stamp}
 		}
 		var rs []releasedOne
-		err := retry(ctx, s.interval, func(ctx context.Context) error {
-			var err error
-			rs, _, err = s.rel.do(ctx, items)
-			return err
-		})
+		err := waited
+		if err == nil {
+			err = retry(ctx, s.interval, func(ctx context.Context) error {
+				var err error
+				rs, _, err = s.rel.do(ctx, items)
+				return err
+			})
+		}
 		if err != nil {
 			err = releaseTimedOut(err, "the Session's Close")
 			errs = append(errs, err)
