@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -66,16 +65,7 @@ func namespaceHint(ctx context.Context, b lanes.Backend, ns string) nsHint {
 	for n := range seen {
 		others = append(others, n)
 	}
-	dist := make(map[string]int, len(others))
-	for _, n := range others {
-		dist[n] = textdist.Levenshtein(ns, n)
-	}
-	slices.SortFunc(others, func(a, b string) int {
-		if d := dist[a] - dist[b]; d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
+	others = textdist.Closest([]string{ns}, others, len(others))
 	h := nsHint{absent: true, others: others, more: !complete && len(others) > 0}
 	if len(others) > maxNamespaceHints {
 		h.others, h.more = others[:maxNamespaceHints], true

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -118,28 +116,13 @@ type statusView struct {
 const maxKeyHints = 5
 
 // closestKeys returns the names of up to n of keys, the closest to one of
-// named first (edit distance; keys longer than 64 bytes count as far),
-// ties in name order.
+// named first (textdist.Closest).
 func closestKeys(named []string, keys []lanes.KeyState, n int) []string {
-	type scored struct {
-		name string
-		dist int
-	}
-	all := make([]scored, len(keys))
+	names := make([]string, len(keys))
 	for i, k := range keys {
-		all[i] = scored{k.Key, 64}
-		for _, w := range named {
-			if len(w) <= 64 && len(k.Key) <= 64 {
-				all[i].dist = min(all[i].dist, textdist.Levenshtein(w, k.Key))
-			}
-		}
+		names[i] = k.Key
 	}
-	slices.SortFunc(all, func(a, b scored) int { return cmp.Or(cmp.Compare(a.dist, b.dist), cmp.Compare(a.name, b.name)) })
-	names := make([]string, 0, min(n, len(all)))
-	for _, k := range all[:min(n, len(all))] {
-		names = append(names, k.name)
-	}
-	return names
+	return textdist.Closest(named, names, n)
 }
 
 type statusKey struct {

@@ -2,6 +2,11 @@
 // "did you mean" hints.
 package textdist
 
+import (
+	"cmp"
+	"slices"
+)
+
 // Levenshtein is the edit distance of a and b, in bytes: the fewest byte
 // insertions, deletions and substitutions that turn a into b. It takes
 // O(len(a)*len(b)) time; callers bound the lengths.
@@ -23,4 +28,33 @@ func Levenshtein(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// maxLen is the length past which Closest counts a name as far from every
+// target rather than measuring it.
+const maxLen = 128
+
+// Closest returns up to n of names, the closest to one of targets first
+// (the least Levenshtein distance to any of them; a name or target longer
+// than 128 bytes counts as far), ties in name order.
+func Closest(targets, names []string, n int) []string {
+	type scored struct {
+		name string
+		dist int
+	}
+	all := make([]scored, len(names))
+	for i, name := range names {
+		all[i] = scored{name, maxLen}
+		for _, t := range targets {
+			if len(t) <= maxLen && len(name) <= maxLen {
+				all[i].dist = min(all[i].dist, Levenshtein(t, name))
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b scored) int { return cmp.Or(cmp.Compare(a.dist, b.dist), cmp.Compare(a.name, b.name)) })
+	out := make([]string, 0, min(n, len(all)))
+	for _, s := range all[:min(n, len(all))] {
+		out = append(out, s.name)
+	}
+	return out
 }
