@@ -50,7 +50,9 @@ const (
 	// (lanes.ErrWaitTimeout), or `lock --try` could not be granted at once.
 	// Nothing is left queued. `lock --conflict-exit-code N` makes it N.
 	// Also an --id that cannot be used now (lanes.ErrIDRetired: settled
-	// after a lost reply, for up to twice the TTL): try later or with
+	// after a lost reply, for up to twice the TTL; kind id_retired), or
+	// one another owner holds (lanes.ErrNotHolder, kind id_held: perhaps a
+	// killed lanectl whose lease has not run out): try later or with
 	// another id.
 	exitWaitTimeout = 75
 

@@ -62,6 +62,7 @@ type lockOptions struct {
 	conflictCode int
 	quiet        bool   // --quiet: no status line while waiting, no line when not granted
 	waitedFor    string // after --wait ran out: who held the keys, for the message
+	idEnds       string // --id held by another owner: when its lease ends, for the message
 
 	keys []string
 	argv []string
@@ -138,7 +139,7 @@ with CMD's status.`,
 	f.BoolVar(&o.try, "try", false, "give up (exit 75) at once if the keys cannot all be granted now, leaving the queue (as flock -n)")
 	f.IntVar(&o.conflictCode, "conflict-exit-code", exitWaitTimeout, "exit status when --try finds the keys taken or --wait runs out, 0 to 255 (as flock -E)")
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no status line on a terminal while waiting, and no message when --wait or --try gives up (the exit status says it)")
-	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id keeps its place")
+	f.StringVar(&o.id, "id", "", "entry id (default: a random one); re-running with the same id while it waits takes its place over; while another process holds it, exits 75")
 	f.StringArrayVar(&o.files, "file", nil, "hold the lock key batch's file: lock keys give this file (lock:file: and the path the kernel opens); repeatable")
 	return cmd
 }
@@ -310,7 +311,11 @@ func (o *lockOptions) acquire(ctx, wctx context.Context, stderr io.Writer, b lan
 	t := tickets[0]
 	select {
 	case <-t.Ready(): // granted at once, or refused
-		return t.Wait(wctx)
+		l, err := t.Wait(wctx)
+		if errors.Is(err, lanes.ErrNotHolder) {
+			o.idEnds = o.idLeaseEnds(ctx, b)
+		}
+		return l, err
 	default:
 	}
 	if o.try {
@@ -328,6 +333,26 @@ func (o *lockOptions) acquire(ctx, wctx context.Context, stderr io.Writer, b lan
 		o.waitedFor = o.taken(ctx, b, t.ID())
 	}
 	return l, err
+}
+
+// idLeaseEnds says when the lease of the holder named o.id ends unless its
+// owner renews it, after a "; ", or "" when the backend does not answer in
+// time or no key shows that holder.
+func (o *lockOptions) idLeaseEnds(ctx context.Context, b lanes.Backend) string {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	defer cancel()
+	snap, err := b.Inspect(ictx, o.keys)
+	if err != nil {
+		return ""
+	}
+	for _, k := range snap.Keys {
+		for _, h := range k.Holders {
+			if h.ID == o.id {
+				return fmt.Sprintf("; its lease ends in %s unless that owner renews it (a process that was killed does not)", humanDuration(max(h.Expires.Sub(snap.Time), 0)))
+			}
+		}
+	}
+	return ""
 }
 
 // taken says who holds the keys and who waits ahead of entry id, after a
@@ -381,7 +406,9 @@ func (o *lockOptions) waitError(ctx context.Context, err error) error {
 		return usageErrorf("%s", describe(err))
 	}
 	if errors.Is(err, lanes.ErrNotHolder) {
-		return usageErrorf("--id %s: %s", o.id, reason(err))
+		// Busy, not misused: the other owner may be a killed lanectl whose
+		// lease has not run out yet, so a retry loop waits and runs again.
+		return &exitError{code: exitWaitTimeout, kind: "id_held", err: fmt.Errorf("--id %s: %s%s; run again once it ends, or with another --id", o.id, reason(err), o.idEnds)}
 	}
 	return o.global.unavailable(err)
 }

@@ -64,19 +64,33 @@ func TestLockKilledTakesItsCommand(t *testing.T) {
 	eventually(t, "the command dies with lanectl", func() bool { return !alive(child) })
 }
 
-// An entry id another live process holds is a usage error, not a shared lease.
+// An entry id another process holds is busy, not shared: lock exits 75
+// (id_held), says when that lease ends unless renewed, and, once the
+// holder was killed and its lease ran out, the same --id runs. On miniredis.
 func TestLockIDInUse(t *testing.T) {
 	s := newMiniredis(t)
 	ready := filepath.Join(t.TempDir(), "ready")
-	p := startBin(t, s.args("lock", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
+	p := startBin(t, s.args("lock", "--ttl", "2s", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
 	eventually(t, "the first holds", func() bool { return fileExists(ready) })
 	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
-	if code != exitUsage || !strings.Contains(stderr, "--id same: entry same is held by another owner") || strings.Contains(stderr, "lanes: ") {
-		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner", code, stderr, exitUsage)
+	if code != exitWaitTimeout || !strings.Contains(stderr, "--id same: entry same is held by another owner") ||
+		!strings.Contains(stderr, "its lease ends in") || strings.Contains(stderr, "lanes: ") {
+		t.Fatalf("second lock --id same = %d, %q; want %d naming the other owner and when its lease ends", code, stderr, exitWaitTimeout)
 	}
 	assertOneLine(t, stderr)
-	p.signal(t, syscall.SIGTERM)
+	code, _, stderr = runBin(t, s.args("--json", "lock", "--id", "same", "k", "--", "true")...)
+	if code != exitWaitTimeout || !strings.Contains(stderr, `"code":"id_held"`) {
+		t.Fatalf("--json second lock --id same = %d, %q; want %d and code id_held", code, stderr, exitWaitTimeout)
+	}
+	p.signal(t, syscall.SIGKILL) // no release: the lease runs out by its TTL
 	p.wait(t)
+	eventually(t, "lock --id same runs once the killed holder's lease ran out", func() bool {
+		code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
+		if code != 0 && code != exitWaitTimeout {
+			t.Fatalf("lock --id same after the holder was killed = %d, %q; want 0, or %d while its lease lasts", code, stderr, exitWaitTimeout)
+		}
+		return code == 0
+	})
 }
 
 // Keys with "%", "," or "=" are escaped in LANES_TOKENS, by the encoder
