@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -318,21 +319,25 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 	if err := awaitAll(ctx, r.after); err != nil {
 		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
+	tries := 0
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
+			tries++
 			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.stamp}})
 			return err
 		})
 		if err != nil {
 			return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 		}
+		rs[0].retried = tries > 1
 		return rs[0], nil
 	}
 	var rel Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {
 		var err error
+		tries++
 		rel, err = step(ctx, []string{id})
 		return err
 	})
@@ -342,7 +347,9 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 	if len(rel.Was) != 1 {
 		return releasedOne{was: Gone}, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(rel.Was))
 	}
-	return releasedAt(rel, 0, 1), nil
+	one := releasedAt(rel, 0, 1)
+	one.retried = tries > 1
+	return one, nil
 }
 
 // hint is the Backend's hint about some entries. A grant of a waiting entry
@@ -468,10 +475,10 @@ func (s *Session) beat(hintedOnly bool) {
 	if s.pollAll {
 		hintedOnly, s.pollAll = false, false
 	}
-	var ids []string
+	var es []*entry
 	for id, e := range s.entries {
 		if !e.pending && (!hintedOnly || s.hinted[id]) {
-			ids = append(ids, id)
+			es = append(es, e)
 		}
 	}
 	for id := range s.hinted {
@@ -480,14 +487,21 @@ func (s *Session) beat(hintedOnly bool) {
 		}
 	}
 	s.mu.Unlock()
-	slices.Sort(ids)
-	for piece := range slices.Chunk(ids, beatPiece) {
+	slices.SortFunc(es, func(a, b *entry) int { return strings.Compare(a.id, b.id) })
+	for piece := range slices.Chunk(es, beatPiece) {
 		s.beatStep(piece, hintedOnly)
 	}
 }
 
-// beatStep runs one Heartbeat step for ids, hinted ones or every one.
-func (s *Session) beatStep(ids []string, hinted bool) {
+// beatStep runs one Heartbeat step for the entries es, hinted ones or
+// every one. Its answer applies to those entries only: an id released and
+// enqueued again while the step was in flight names a new entry, which a
+// status of the old one must not grant or fail.
+func (s *Session) beatStep(es []*entry, hinted bool) {
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.id
+	}
 	sent := time.Now()
 	s.mu.Lock()
 	s.inflight = sent
@@ -507,11 +521,13 @@ func (s *Session) beatStep(ids []string, hinted bool) {
 		return // the entries' timers report what this costs
 	}
 	backlog := false
-	for _, st := range sts {
-		if e := s.entries[st.ID]; e != nil {
-			s.applyStatus(e, st, sent, !hinted)
-			backlog = backlog || s.pollAgain(e, st)
+	for i, st := range sts {
+		e := es[i]
+		if st.ID != e.id || s.entries[e.id] != e {
+			continue // answered out of order, or e ended meanwhile
 		}
+		s.applyStatus(e, st, sent, !hinted)
+		backlog = backlog || s.pollAgain(e, st)
 	}
 	s.noteEpoch(sts)
 	if backlog {

@@ -420,14 +420,18 @@ type releasedOne struct {
 	forced  bool
 	revoked bool   // it had ended revoked (Released.Revoked)
 	epoch   string // the backend state's epoch the step saw
+	retried bool   // an earlier try of the same release got no answer: it may have run
 }
 
 // outcome is what the release answered r says of the lease of entry id,
 // whose local deadline was deadline and which was granted in epoch: nil
 // when it was held until the release, else why not (DESIGN.md invariant
-// 6). An answer Gone is an earlier try of the same release only when the
-// epoch is the one the lease was granted in and its local deadline has not
-// passed.
+// 6). An answer Gone is an earlier try of the same release only when an
+// earlier try got no answer, the epoch is the one the lease was granted in
+// and its local deadline has not passed. Gone to a first try, before the
+// local deadline, means the backend did not hold the entry although no
+// expiry could have removed it: it was released by force and the
+// tombstone that says so is gone (ErrNotHolder, as for a forced release).
 func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error {
 	switch {
 	case r.forced:
@@ -438,6 +442,8 @@ func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error 
 		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", id)
 	case r.was == Gone && epoch != "" && r.epoch != epoch:
 		return entryError(ErrLeaseLost, "entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", id, epoch, r.epoch)
+	case r.was == Gone && !r.retried:
+		return entryError(ErrNotHolder, "entry %s was not held by the backend when its release came: released by force (the record of that is gone), or its record was removed", id)
 	}
 	return nil
 }
@@ -963,10 +969,11 @@ func (s *Session) Close() error {
 			items[i] = releaseItem{id, kept[id].stamp}
 		}
 		var rs []releasedOne
-		err := waited
+		err, tries := waited, 0
 		if err == nil {
 			err = retry(ctx, s.interval, func(ctx context.Context) error {
 				var err error
+				tries++
 				rs, _, err = s.rel.do(ctx, items)
 				return err
 			})
@@ -980,6 +987,7 @@ func (s *Session) Close() error {
 			continue
 		}
 		for i, id := range piece {
+			rs[i].retried = tries > 1
 			closeErrs[id] = rs[i].outcome(id, kept[id].deadline, kept[id].epoch)
 		}
 	}

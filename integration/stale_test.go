@@ -1,0 +1,234 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// Answers that come late, and what was forgotten meanwhile: a heartbeat's
+// answer about an entry whose id was released and enqueued again, and a
+// forced release whose tombstone vanished. Found by a review that tried to
+// break id reuse (2026-12-02); each runs on lanes.Memory and on the real
+// Redis server.
+
+// gatedBeats is a Backend whose next Heartbeat step, once armed, waits for
+// run before it reaches the backend and for answer before its answer
+// reaches the Session, as a slow connection or a descheduled goroutine
+// would make it. began and ran say when the step got there.
+type gatedBeats struct {
+	lanes.Backend
+	mu                       sync.Mutex
+	armed                    bool
+	began, ran               chan []string
+	run, answer, nextStarted chan struct{}
+	watchNext                bool
+}
+
+func (g *gatedBeats) arm() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed = true
+	g.began, g.ran = make(chan []string, 1), make(chan []string, 1)
+	g.run, g.answer, g.nextStarted = make(chan struct{}), make(chan struct{}), make(chan struct{})
+}
+
+func (g *gatedBeats) Heartbeat(ctx context.Context, owner string, ttl time.Duration, ids []string) ([]lanes.Status, error) {
+	g.mu.Lock()
+	gated := g.armed
+	g.armed = false
+	if !gated && g.watchNext {
+		// The Session's loop runs one step at a time: this one starting
+		// means the gated one's answer was applied.
+		g.watchNext = false
+		close(g.nextStarted)
+	}
+	began, ran, run, answer := g.began, g.ran, g.run, g.answer
+	if gated {
+		g.watchNext = true
+	}
+	g.mu.Unlock()
+	if gated {
+		began <- append([]string(nil), ids...)
+		<-run
+	}
+	sts, err := g.Backend.Heartbeat(ctx, owner, ttl, ids)
+	if gated {
+		ran <- append([]string(nil), ids...)
+		<-answer
+	}
+	return sts, err
+}
+
+// await waits for ch, failing the test when ctx ends first.
+func await[T any](t *testing.T, ctx context.Context, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("%s: not before the test's deadline", what)
+	}
+}
+
+func forEachBackend(t *testing.T, test func(t *testing.T, b lanes.Backend)) {
+	t.Run("Memory", func(t *testing.T) { test(t, lanes.NewMemory()) })
+	t.Run("RealRedis", func(t *testing.T) {
+		_, b, _ := namespace(t)
+		test(t, b)
+	})
+}
+
+func keyState(t *testing.T, b lanes.Backend, key string) (holders, waiters []string) {
+	t.Helper()
+	snap, err := b.Inspect(bounded(t, 5*time.Second), []string{key})
+	if err != nil {
+		t.Fatalf("Inspect(%s) = %v", key, err)
+	}
+	for _, k := range snap.Keys {
+		for _, h := range k.Holders {
+			holders = append(holders, h.ID)
+		}
+		for _, w := range k.Waiters {
+			waiters = append(waiters, w.ID)
+		}
+	}
+	return holders, waiters
+}
+
+// A heartbeat answer about entry A (held, or gone) that arrives after A was
+// released and its id enqueued again, behind B, applies to the old entry
+// only: the new A is neither granted with the old tokens while B holds K
+// (a double grant) nor failed as evicted. Once B releases, the new A gets
+// K with a token above B's.
+func TestStaleHeartbeatAnswerSkipsNewEntryOfSameID(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// runAfterRelease: the gated step reaches the backend after A's
+		// release (it answers Gone), else before it (Held).
+		runAfterRelease bool
+	}{{"held", false}, {"gone", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, inner lanes.Backend) {
+				g := &gatedBeats{Backend: inner}
+				s := newSession(t, g, lanes.WithTTL(10*time.Second), lanes.WithHeartbeat(20*time.Millisecond))
+				o := newSession(t, inner, lanes.WithTTL(10*time.Second))
+				ctx := bounded(t, 10*time.Second)
+				req := lanes.Request{ID: "A", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}}
+				a1, err := s.Acquire(ctx, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tb, err := o.Enqueue(ctx, lanes.Request{ID: "B", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.arm()
+				await(t, ctx, g.began, "a heartbeat step naming A")
+				if !c.runAfterRelease {
+					close(g.run)
+					await(t, ctx, g.ran, "the heartbeat step finds A held")
+				}
+				// The release step does not wait for the heartbeat step:
+				// it goes through the Session's release batcher.
+				if err := a1.Release(ctx); err != nil {
+					t.Fatalf("A.Release() = %v", err)
+				}
+				if c.runAfterRelease {
+					close(g.run)
+					await(t, ctx, g.ran, "the heartbeat step finds A gone")
+				}
+				lb, err := tb[0].Wait(ctx)
+				if err != nil {
+					t.Fatalf("B.Wait() = %v", err)
+				}
+				ta, err := s.Enqueue(ctx, req) // the id again: it waits behind B
+				if err != nil {
+					t.Fatal(err)
+				}
+				close(g.answer)
+				// Then the Session's next step starts (it answered: the late
+				// answer was applied), unless that answer ended the new A.
+				select {
+				case <-g.nextStarted:
+				case <-ctx.Done():
+					t.Fatal("no heartbeat step after the late answer before the test's deadline")
+				case <-ta[0].Ready():
+				}
+				select {
+				case <-ta[0].Ready():
+					a2, err := ta[0].Wait(ctx)
+					holders, waiters := keyState(t, inner, "K")
+					t.Fatalf("the new A ended by the late answer: Wait() = lease %v, %v, while the backend's holders of K are %v, waiters %v", a2 != nil, err, holders, waiters)
+				default:
+				}
+				if holders, waiters := keyState(t, inner, "K"); len(holders) != 1 || holders[0] != "B" || len(waiters) != 1 || waiters[0] != "A" {
+					t.Fatalf("K: holders %v, waiters %v; want B holding, A waiting", holders, waiters)
+				}
+				if err := lb.Release(ctx); err != nil {
+					t.Fatalf("B.Release() = %v", err)
+				}
+				a2, err := ta[0].Wait(ctx)
+				if err != nil {
+					t.Fatalf("the new A after B's release: %v", err)
+				}
+				if a2.Token("K") <= lb.Token("K") {
+					t.Errorf("the new A's token %d is not above B's %d", a2.Token("K"), lb.Token("K"))
+				}
+				if err := a2.Release(ctx); err != nil {
+					t.Errorf("the new A's Release() = %v", err)
+				}
+			})
+		})
+	}
+}
+
+// An operator's forced release, then the namespace's tombstones vanish (the
+// tombs key is not part of the state: losing it resets nothing), then the
+// holder releases: its Release does not report the lease held until then
+// (DESIGN.md invariant 6); B was granted meanwhile. 20 rounds: the release
+// races the hint of the forced release, and either may come first. Real Redis (the key to
+// delete is Redis's).
+func TestForcedReleaseWithoutTombstoneIsNotHeldRealRedis(t *testing.T) {
+	_, b, c := namespace(t)
+	s := newSession(t, b, lanes.WithTTL(10*time.Second))
+	o := newSession(t, b, lanes.WithTTL(10*time.Second))
+	ctx := bounded(t, 20*time.Second)
+	for i := range 20 {
+		a, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := o.Enqueue(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Release(ctx, "", []string{a.ID()}); err != nil {
+			t.Fatalf("forced Release(%s) = %v", a.ID(), err)
+		}
+		tombs := b.Keys()[6]
+		if !strings.HasSuffix(tombs, "tombs") {
+			t.Fatalf("Keys()[6] = %s; want the tombs key", tombs)
+		}
+		if err := c.Del(ctx, tombs).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// ErrLeaseLost when the hint of the forced release came first and
+		// the Session's poll found the entry gone; else the release finds
+		// it gone: ErrNotHolder.
+		if err := a.Release(ctx); !errors.Is(err, lanes.ErrNotHolder) && !errors.Is(err, lanes.ErrLeaseLost) {
+			t.Fatalf("round %d: A.Release() after a forced release whose tombstone vanished = %v; want ErrNotHolder or ErrLeaseLost", i, err)
+		}
+		lb, err := tb[0].Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
