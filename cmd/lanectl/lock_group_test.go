@@ -67,10 +67,13 @@ func TestLockKilledTakesItsCommand(t *testing.T) {
 // An entry id another process holds is busy, not shared: lock exits 75
 // (id_held), says when that lease ends unless renewed, and, once the
 // holder was killed and its lease ran out, the same --id runs. On miniredis.
+// The holder's TTL (5s) outlasts a second or two of starvation on a loaded
+// machine: with 2s, a holder starved while the two other locks started
+// could lose its lease, and the second lock --id same then ran.
 func TestLockIDInUse(t *testing.T) {
 	s := newMiniredis(t)
 	ready := filepath.Join(t.TempDir(), "ready")
-	p := startBin(t, s.args("lock", "--ttl", "2s", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
+	p := startBin(t, s.args("lock", "--ttl", "5s", "--id", "same", "k", "--", "sh", "-c", `touch "$1"; sleep 60`, "sh", ready)...)
 	eventually(t, "the first holds", func() bool { return fileExists(ready) })
 	code, _, stderr := runBin(t, s.args("lock", "--id", "same", "k", "--", "true")...)
 	if code != exitWaitTimeout || !strings.Contains(stderr, "--id same: entry same is held by another owner") ||
