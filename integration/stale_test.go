@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -231,4 +232,58 @@ func TestForcedReleaseWithoutTombstoneIsNotHeldRealRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// slowSteps is a Backend whose Enqueue answers only once answer closes
+// or its ctx ends (the step has run: its answer is lost), and whose Settle waits a moment before it runs, so
+// that a settle in the background would still be on its way when the
+// caller looks.
+type slowSteps struct {
+	lanes.Backend
+	answer chan struct{}
+}
+
+func (b *slowSteps) Enqueue(ctx context.Context, owner lanes.Owner, ttl time.Duration, reqs []lanes.Request) ([]lanes.Status, error) {
+	sts, err := b.Backend.Enqueue(ctx, owner, ttl, reqs)
+	select {
+	case <-b.answer:
+		return sts, err
+	case <-ctx.Done(): // as a client whose command's context ended
+		return nil, fmt.Errorf("%w: %w", lanes.ErrUnavailable, ctx.Err())
+	}
+}
+
+func (b *slowSteps) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (lanes.Released, error) {
+	time.Sleep(200 * time.Millisecond)
+	return b.Backend.Settle(ctx, owner, lifetime, ids)
+}
+
+// An Acquire whose ctx ends while its Enqueue step has no answer yet
+// returns only once its entry has left every queue (Session.Enqueue and
+// Ticket.Wait: a request given up on holds no place), not while a settle
+// is still on its way: the conformance test CancelLeavesEveryQueue saw a
+// waiter left behind on a loaded machine.
+func TestAcquireGivenUpDuringEnqueueLeavesQueues(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, inner lanes.Backend) {
+		slow := &slowSteps{Backend: inner, answer: make(chan struct{})}
+		defer close(slow.answer)
+		o := newSession(t, inner)
+		ctx := bounded(t, 10*time.Second)
+		h, err := o.Acquire(ctx, lanes.Request{ID: "H", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSession(t, slow)
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if _, err := s.Acquire(wctx, lanes.Request{ID: "Y", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}}); !errors.Is(err, lanes.ErrWaitTimeout) {
+			t.Fatalf("Acquire(50ms) = %v; want ErrWaitTimeout", err)
+		}
+		if holders, waiters := keyState(t, inner, "K"); len(waiters) != 0 || len(holders) != 1 {
+			t.Fatalf("after the Acquire gave up: K's holders %v, waiters %v; want H alone", holders, waiters)
+		}
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

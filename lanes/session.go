@@ -271,7 +271,9 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // make it safe) until ctx ends or a TTL has passed. If it still fails, or
 // ctx ends first, it settles what it sent: it releases those ids and leaves
 // tombstones, so that a copy of the step still in flight cannot create
-// entries that nobody keeps alive; an Enqueue of such an id meanwhile
+// entries that nobody keeps alive; when ctx ended, before it returns
+// (bounded by the release timeout), so that a request given up on has
+// left every queue, as in Ticket.Wait. An Enqueue of such an id meanwhile
 // waits for that settle, and is then refused (ErrIDRetired) while the
 // tombstone lives. On error nothing is kept alive and the error wraps
 // ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
@@ -706,7 +708,18 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 	}
 	s.mu.Unlock()
 	if len(inBackend) > 0 {
-		s.settleLater(inBackend)
+		settled := s.settleLater(inBackend)
+		if ctx.Err() != nil {
+			// The caller gave up: as a Wait that ctx ended, its entries
+			// leave every queue before it returns, unless the backend
+			// does not answer within the release timeout.
+			t := time.NewTimer(s.releaseTimeout)
+			defer t.Stop()
+			select {
+			case <-settled:
+			case <-t.C:
+			}
+		}
 	}
 	return err
 }
@@ -802,7 +815,9 @@ func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Re
 // tombstones for twice the TTL, trying again while the backend cannot be
 // reached, for up to twice the TTL (the entries expire within one). Until
 // it is done, an Enqueue of one of the ids waits for it (awaitSettles).
-func (s *Session) settleLater(ids []string) {
+// The channel it returns closes when the settle is done.
+func (s *Session) settleLater(ids []string) <-chan struct{} {
+	finished := make(chan struct{})
 	done := make([]chan struct{}, len(ids))
 	s.mu.Lock()
 	for i, id := range ids {
@@ -813,6 +828,7 @@ func (s *Session) settleLater(ids []string) {
 	}
 	s.mu.Unlock()
 	settle := func() {
+		defer close(finished)
 		defer s.clearMarks(ids, done)
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
 		s.mu.Lock()
@@ -843,6 +859,7 @@ func (s *Session) settleLater(ids []string) {
 		}
 	}
 	s.background(settle)
+	return finished
 }
 
 // clearMarks ends the settling marks of ids that are still marks[i] (nil:
