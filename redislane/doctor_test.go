@@ -112,12 +112,14 @@ func TestReap(t *testing.T) {
 			reqs = append(reqs, lanes.Request{ID: "e" + string(rune('a'+i%26)) + string(rune('a'+i/26)), Lanes: lane("K")})
 		}
 		// 250 requests run as two pieces (EnqueuePiece): a TTL shorter than
-		// the first piece's run (miniredis under -race) would let the
-		// second piece reap the first's entries before Reap does.
-		if _, err := b.Enqueue(ctx, o, time.Second, reqs); err != nil {
+		// the first piece's run (miniredis under -race on a loaded
+		// machine: over a second was seen) would let the second piece reap
+		// the first's entries before Reap does.
+		const ttl = 3 * time.Second
+		if _, err := b.Enqueue(ctx, o, ttl, reqs); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(1100 * time.Millisecond) // past every deadline
+		time.Sleep(ttl + 100*time.Millisecond) // past every deadline
 		n, err := b.Reap(ctx)
 		if err != nil || n != 250 {
 			t.Fatalf("Reap() = %d, %v; want 250", n, err)
