@@ -34,7 +34,12 @@ func TestChaosWaiterBlamesRedisWhenItHangs(t *testing.T) {
 	}
 	defer b.Close()
 	ctx := chaos.Context(t, time.Minute)
-	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(time.Second))
+	// Heartbeat 100ms, not the default 333ms: the beat in flight when the
+	// waiter's deadline passes was sent 800ms before it (567ms with 333ms)
+	// and fails a margin after it, so that a process starved on a loaded
+	// machine around the deadline still finds a beat in flight, or its
+	// error, and blames Redis.
+	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(time.Second), lanes.WithHeartbeat(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1959,7 +1959,12 @@ func TestProtocolResetRealRedis(t *testing.T) {
 			owner := "owner-" + r.nonce
 			hints := r.subscribe(owner)
 			nsch := r.subscribeNamespace()
-			const short = 1500
+			// H and W: 3s, not 1.5s, so that their deadlines have not passed
+			// at the reset (the freeze is the latest one) though a loaded
+			// machine may starve this process. N: 30s, so that it outlives
+			// such a stall between its heartbeats; the freeze, set by then,
+			// does not depend on it.
+			const short, long = 3000, 30000
 			epoch1, list := r.mustEnqueue(owner, short, []string{"H", "h", "W", "w"}, req("H", lane("k", 1)), req("W", lane("k", 1)))
 			tok1 := detail(list, 0)[1].(string)
 			if got := nsch.reset(t); got != epoch1 {
@@ -2017,15 +2022,15 @@ func TestProtocolResetRealRedis(t *testing.T) {
 			}
 			// No grant before the freeze ends; the first heartbeat after it
 			// grants, and hints; the new token is above the old.
-			r.mustEnqueue(owner, short, []string{"N", "w"}, req("N", lane("k", 1)))
+			r.mustEnqueue(owner, long, []string{"N", "w"}, req("N", lane("k", 1)))
 			for r.now() < frozen-100 {
-				r.heartbeat(owner, short, []string{"N", "w"}, "N")
+				r.heartbeat(owner, long, []string{"N", "w"}, "N")
 				time.Sleep(50 * time.Millisecond)
 			}
 			for r.now() <= frozen {
 				time.Sleep(10 * time.Millisecond)
 			}
-			_, list = r.heartbeat(owner, short, []string{"N", "h"}, "N")
+			_, list = r.heartbeat(owner, long, []string{"N", "h"}, "N")
 			if h := hintFor(hints.hint(t), "N"); h == nil || h["x"] == nil {
 				t.Errorf("hint after the freeze = %v; want N's grant", h)
 			}
@@ -2996,7 +3001,10 @@ func TestProtocolDeadWaitersAheadRealRedis(t *testing.T) {
 	r := newProtoRunner(t)
 	owner, dead := "owner-"+r.nonce, "dead-"+r.nonce
 	ctx := context.Background()
-	const ttl = 60000
+	// An hour (MAX_TTL), not a minute: H and W must not expire while the
+	// dead waiters are enqueued, which took 19.7s on a loaded machine;
+	// nothing waits for their TTL, and the cleanup deletes the keys.
+	const ttl = 3600000
 	r.mustEnqueue(owner, ttl, []string{"H", "h"}, req("H", lane("k", 1)))
 	nDead := 2*int(r.doc.bounds["DEAD_MAX"]) + 500
 	for from := 0; from < nDead; from += 1000 {

@@ -48,7 +48,10 @@ func TestStateKeyDeletedRealRedis(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := redistest.Backend(t, c, "it-del-")
-			const ttl = 1500 * time.Millisecond
+			// 5s, not 1.5s: A and W must keep their entries through two new
+			// Sessions, an enqueue and an Inspect, though a loaded machine
+			// may starve this process for a second or two.
+			const ttl = 5 * time.Second
 			a := newSession(t, b, lanes.WithTTL(ttl))
 			la, err := a.Acquire(bounded(t, 5*time.Second), lanes.Request{ID: "A", Lanes: []lanes.Lane{{Key: "K", Limit: 1}}})
 			if err != nil {
@@ -280,11 +283,14 @@ func TestBusyRetriedRealRedis(t *testing.T) {
 	t.Cleanup(func() { side.Close() })
 	done := make(chan error, 1)
 	go func() {
-		// A read-only script that spins for 700ms of the server's clock.
+		// A read-only script that spins for 3s of the server's clock: the
+		// probe must see BUSY meanwhile though a loaded machine may starve
+		// this process (700ms was too short); the release below, sent again
+		// while BUSY, still ends within its 5s default release timeout.
 		done <- side.Eval(context.Background(), `local t0 = redis.call('TIME')
 while true do
   local t = redis.call('TIME')
-  if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 700000 then return 1 end
+  if (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > 3000000 then return 1 end
 end`, nil).Err()
 	}()
 	probe := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
@@ -308,7 +314,7 @@ end`, nil).Err()
 
 // Private redis-server (issue 19): an Acquire with no id whose enqueue
 // replies are lost (the client's read timeout is 5ms; the server is paused
-// 20ms by CLIENT PAUSE) ran in Redis all the same. The Session settles what
+// 3s by CLIENT PAUSE) ran in Redis all the same. The Session settles what
 // it sent, so the next acquirer is granted at once, not after the lost
 // entry's TTL (here a minute).
 func TestLostEnqueueReplySettledRealRedis(t *testing.T) {
@@ -323,13 +329,15 @@ func TestLostEnqueueReplySettledRealRedis(t *testing.T) {
 	t.Cleanup(func() { b.Close() })
 	s := newSession(t, b, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
 	// The pause outlasts the Acquire: its enqueue runs once the pause ends,
-	// after the Acquire gave up and settled what it sent.
-	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 400, "WRITE").Err(); err != nil {
+	// after the Acquire gave up and settled what it sent. 3s, not 400ms:
+	// the Acquire must begin within the pause though a loaded machine may
+	// starve this process; the Acquire below waits 10s, past its end.
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 3000, "WRITE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if l, err := s.Acquire(bounded(t, 250*time.Millisecond), lanes.Request{Lanes: []lanes.Lane{{Key: "K", Limit: 1}}}); err == nil {
 		_ = l.Release(context.Background())
-		t.Fatal("Acquire() during a 400ms pause with a 250ms wait succeeded; the test did not lose the reply")
+		t.Fatal("Acquire() during a 3s pause with a 250ms wait succeeded; the test did not lose the reply")
 	}
 	b2, err := redislane.New(admin, "lost")
 	if err != nil {

@@ -318,20 +318,21 @@ func TestRule5QuestionKeepsSlotReviewAfter(t *testing.T) {
 }
 
 // Rule 6: a tool's timeout counts its execution only, never its wait. The
-// ceiling (300ms) leaves a body that returns at once room to run on a busy
-// machine under -race; q waits three times as long as it before it starts.
+// ceiling (2s; 300ms was too little for a process starved on a loaded
+// machine) leaves a body that returns at once room to run under -race; q
+// waits longer than it (2.5s) before it starts.
 func TestRule6TimeoutCountsExecutionOnly(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e *env) {
 		p := e.probe
 		k := sched.Concurrency{Key: "k", Limit: 1}
 		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{
 			"long":  {Safe: safe, Concurrency: k},
-			"quick": {Safe: safe, Concurrency: k, Timeout: 300 * time.Millisecond},
+			"quick": {Safe: safe, Concurrency: k, Timeout: 2 * time.Second},
 		}))
 		p.gate("l")
 		done := runAsync(t, context.Background(), s, calls("l:long", "q:quick"), sched.Options{})
 		p.waitStarted(t, "l")
-		time.Sleep(900 * time.Millisecond) // q waits three times its ceiling
+		time.Sleep(2500 * time.Millisecond) // q waits longer than its ceiling
 		p.open("l")
 		wantStatus(t, done.wait(t), map[string]sched.Status{"l": sched.OK, "q": sched.OK})
 	})

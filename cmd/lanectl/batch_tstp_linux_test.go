@@ -24,7 +24,9 @@ func TestBatchSuspendedByTSTPToolDoesNotOutliveLease(t *testing.T) {
 command = ["sh", "-c", %q, "sh", "A", %q, %q]
 concurrency = { key = "k" }
 `, writerScript, log, ready))
-		a := startBin(t, s.args("batch", "--json", "--ttl", "2s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
+		// TTL 4s: the tool keeps k until B waits, even starved on a loaded
+		// machine.
+		a := startBin(t, s.args("batch", "--json", "--ttl", "4s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
 		writing(t, log, ready)
 		if code := suspendPastLeaseOf(t, s, a, log, "concurrency:k"); code != 0 {
 			t.Errorf("batch continued past its lease = %d; want 0: %s", code, a.stderr)

@@ -91,7 +91,9 @@ func TestLockKilledTakesTheCommandsChildren(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, pids := filepath.Join(dir, "log"), filepath.Join(dir, "pid")
-		first := startBin(t, s.args("lock", "--ttl", "2s", "w", "--", "sh", "-c", familyScript, "sh", "first", log, pids)...)
+		// TTL 4s: the first keeps w until the second waits, even starved on
+		// a loaded machine.
+		first := startBin(t, s.args("lock", "--ttl", "4s", "w", "--", "sh", "-c", familyScript, "sh", "first", log, pids)...)
 		family := familyWriting(t, log, pids)
 		second := startBin(t, s.args("lock", "--ttl", "10s", "w", "--", "sh", "-c", `echo second >> "$0"`, log)...)
 		eventually(t, "the second lock waits for w", func() bool {
@@ -126,7 +128,9 @@ concurrency = { key = "w" }
 command = ["sh", "-c", "echo second >> \"$0\"", %q]
 concurrency = { key = "w" }
 `, familyScript, log, pids, log))
-		first := startBin(t, s.args("batch", "--ttl", "2s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
+		// TTL 4s: the first keeps w until the second waits, even starved on
+		// a loaded machine.
+		first := startBin(t, s.args("batch", "--ttl", "4s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
 		family := familyWriting(t, log, pids)
 		second := startBin(t, s.args("batch", "--json", "--tools", d.tools, "--calls", d.calls(t, "openai-chat", toolCall{"c2", "mark", `{}`}))...)
 		eventually(t, "the second batch waits for w", func() bool {
@@ -164,7 +168,9 @@ lock_keys = ["doc:{id}"]
 `, familyScript, log, pids), 0o600)
 
 		var stderr syncBuffer
-		proxy := exec.Command(lanectlBin, s.args("mcp", "serve", "--ttl", "2s", "--tools", tools)...)
+		// TTL 4s: the proxy keeps lock:doc:w until the lock waits, even
+		// starved on a loaded machine.
+		proxy := exec.Command(lanectlBin, s.args("mcp", "serve", "--ttl", "4s", "--tools", tools)...)
 		for _, kv := range os.Environ() {
 			if !strings.HasPrefix(kv, "LANES_") {
 				proxy.Env = append(proxy.Env, kv)

@@ -88,7 +88,9 @@ concurrency = { key = "w" }
 command = ["sh", "-c", "echo second >> \"$0\"", %q]
 concurrency = { key = "w" }
 `, writerScript, log, ready, log))
-		first := startBin(t, s.args("batch", "--ttl", "2s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
+		// TTL 4s: the first keeps w until the second waits, even starved on
+		// a loaded machine.
+		first := startBin(t, s.args("batch", "--ttl", "4s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
 		writing(t, log, ready)
 		second := startBin(t, s.args("batch", "--json", "--tools", d.tools, "--calls", d.calls(t, "openai-chat", toolCall{"c2", "mark", `{}`}))...)
 		eventually(t, "the second batch waits for w", func() bool {
@@ -125,11 +127,12 @@ func pausedRedis(t *testing.T) (*server, func(d time.Duration)) {
 // renewals every second: A's local deadline lies 2.7s after its last
 // renewal that reached Redis, so at most 2.7s into the pause, and Redis
 // can grant k to B at the earliest when the pause ends (A's release after
-// its loss waits for it too). 2.9s leaves A's SIGKILL 0.2s at least.
-const pauseFor = 2900 * time.Millisecond
+// its loss waits for it too). 4s leaves A's SIGKILL 1.3s at least (2.9s
+// left 0.2s, too little for a process starved on a loaded machine).
+const pauseFor = 4 * time.Second
 
 // TestLockKilledBeforeNextHolder is issue 10, section 4: with TTL 3s and
-// Redis paused by CLIENT PAUSE for most of it, A's renewals stop; its
+// Redis paused by CLIENT PAUSE (pauseFor) past it, A's renewals stop; its
 // command, which traps SIGTERM and keeps writing, gets SIGTERM a margin
 // (0.3s) before A's local deadline (TestCommandLeaseDeadlineSendsSIGTERM
 // checks that part) and SIGKILL at it, so its last write precedes B's
@@ -161,7 +164,7 @@ func TestLockKilledBeforeNextHolder(t *testing.T) {
 }
 
 // TestBatchToolKilledBeforeNextHolder is the same case for a batch tool:
-// the tool holds concurrency:k, Redis pauses for most of the TTL, and a
+// the tool holds concurrency:k, Redis pauses (pauseFor) past the TTL, and a
 // lanectl lock on that lane waits. The tool, which traps SIGTERM, gets
 // SIGKILL at the lease's local deadline, before the lock's command starts;
 // the call ends indeterminate (cut off by its lost lease). A real

@@ -19,7 +19,9 @@ func TestLockSuspendedByTSTPCommandDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
-		a := startBin(t, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
+		// TTL 4s, not 2s: A must keep k until B is seen waiting, though a
+		// loaded CI machine may starve it for a second or two meanwhile.
+		a := startBin(t, s.args("lock", "--ttl", "4s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
 		writing(t, log, ready)
 		code := suspendPastLease(t, s, a, log)
 		if code != exitLeaseLost {
