@@ -319,25 +319,21 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 	if err := awaitAll(ctx, r.after); err != nil {
 		return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 	}
-	tries := 0
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
 		err = retry(ctx, s.interval, func(ctx context.Context) error {
 			var err error
-			tries++
 			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.stamp}})
 			return err
 		})
 		if err != nil {
 			return releasedOne{was: Gone}, releaseTimedOut(err, "entry "+id)
 		}
-		rs[0].retried = tries > 1
 		return rs[0], nil
 	}
 	var rel Released
 	err = retry(ctx, s.interval, func(ctx context.Context) error {
 		var err error
-		tries++
 		rel, err = step(ctx, []string{id})
 		return err
 	})
@@ -347,9 +343,7 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 	if len(rel.Was) != 1 {
 		return releasedOne{was: Gone}, fmt.Errorf("%w: backend answered %d states for 1 release", ErrUnavailable, len(rel.Was))
 	}
-	one := releasedAt(rel, 0, 1)
-	one.retried = tries > 1
-	return one, nil
+	return releasedAt(rel, 0, 1), nil
 }
 
 // hint is the Backend's hint about some entries. A grant of a waiting entry

@@ -271,9 +271,10 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // make it safe) until ctx ends or a TTL has passed. If it still fails, or
 // ctx ends first, it settles what it sent: it releases those ids and leaves
 // tombstones, so that a copy of the step still in flight cannot create
-// entries that nobody keeps alive; when ctx ended, before it returns
-// (bounded by the release timeout), so that a request given up on has
-// left every queue, as in Ticket.Wait. An Enqueue of such an id meanwhile
+// entries that nobody keeps alive; when ctx ended, before it returns, so
+// that a request given up on has left every queue, as in Ticket.Wait
+// (unless the backend does not answer: then it returns once a try of the
+// settle failed, or after the release timeout, and the settle goes on). An Enqueue of such an id meanwhile
 // waits for that settle, and is then refused (ErrIDRetired) while the
 // tombstone lives. On error nothing is kept alive and the error wraps
 // ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
@@ -422,18 +423,17 @@ type releasedOne struct {
 	forced  bool
 	revoked bool   // it had ended revoked (Released.Revoked)
 	epoch   string // the backend state's epoch the step saw
-	retried bool   // an earlier try of the same release got no answer: it may have run
 }
 
 // outcome is what the release answered r says of the lease of entry id,
 // whose local deadline was deadline and which was granted in epoch: nil
 // when it was held until the release, else why not (DESIGN.md invariant
-// 6). An answer Gone is an earlier try of the same release only when an
-// earlier try got no answer, the epoch is the one the lease was granted in
-// and its local deadline has not passed. Gone to a first try, before the
-// local deadline, means the backend did not hold the entry although no
-// expiry could have removed it: it was released by force and the
-// tombstone that says so is gone (ErrNotHolder, as for a forced release).
+// 6). An answer Gone is an earlier try of the same release when the epoch
+// is the one the lease was granted in and its local deadline has not
+// passed: a try this Session sent, or one the Redis client sent again on
+// its own after a lost reply, which the Session cannot see. So a forced
+// release whose tombstone vanished (the tombs key is not part of the
+// state) reads as released: a known limit (docs/RELIABILITY.md).
 func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error {
 	switch {
 	case r.forced:
@@ -444,8 +444,6 @@ func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error 
 		return entryError(ErrLeaseLost, "entry %s: its local deadline passed before the release", id)
 	case r.was == Gone && epoch != "" && r.epoch != epoch:
 		return entryError(ErrLeaseLost, "entry %s: the backend's state was reset or lost (epoch %s, now %q) before the release", id, epoch, r.epoch)
-	case r.was == Gone && !r.retried:
-		return entryError(ErrNotHolder, "entry %s was not held by the backend when its release came: released by force (the record of that is gone), or its record was removed", id)
 	}
 	return nil
 }
@@ -712,7 +710,9 @@ func (s *Session) abort(ctx context.Context, tickets []*Ticket, inBackend []stri
 		if ctx.Err() != nil {
 			// The caller gave up: as a Wait that ctx ended, its entries
 			// leave every queue before it returns, unless the backend
-			// does not answer within the release timeout.
+			// does not answer: then it returns after the first failed try
+			// of the settle (a backend that is down answers at once), or
+			// the release timeout.
 			t := time.NewTimer(s.releaseTimeout)
 			defer t.Stop()
 			select {
@@ -815,9 +815,12 @@ func (s *Session) awaitSettles(ctx context.Context, tickets []*Ticket, reqs []Re
 // tombstones for twice the TTL, trying again while the backend cannot be
 // reached, for up to twice the TTL (the entries expire within one). Until
 // it is done, an Enqueue of one of the ids waits for it (awaitSettles).
-// The channel it returns closes when the settle is done.
+// The channel it returns closes once the settle is done, or once a try of
+// it failed: the backend did not answer, and tries go on in the background.
 func (s *Session) settleLater(ids []string) <-chan struct{} {
-	finished := make(chan struct{})
+	tried := make(chan struct{})
+	var once sync.Once
+	signal := func() { once.Do(func() { close(tried) }) }
 	done := make([]chan struct{}, len(ids))
 	s.mu.Lock()
 	for i, id := range ids {
@@ -828,7 +831,7 @@ func (s *Session) settleLater(ids []string) <-chan struct{} {
 	}
 	s.mu.Unlock()
 	settle := func() {
-		defer close(finished)
+		defer signal()
 		defer s.clearMarks(ids, done)
 		lifetime := min(max(2*s.ttl, time.Second), MaxTTL)
 		s.mu.Lock()
@@ -854,12 +857,15 @@ func (s *Session) settleLater(ids []string) <-chan struct{} {
 				ctx, cancel := context.WithDeadline(ctx, by)
 				defer cancel()
 				_, err := s.b.Settle(ctx, s.owner.ID, lifetime, piece)
+				if err != nil {
+					signal()
+				}
 				return err
 			})
 		}
 	}
 	s.background(settle)
-	return finished
+	return tried
 }
 
 // clearMarks ends the settling marks of ids that are still marks[i] (nil:
@@ -986,11 +992,10 @@ func (s *Session) Close() error {
 			items[i] = releaseItem{id, kept[id].stamp}
 		}
 		var rs []releasedOne
-		err, tries := waited, 0
+		err := waited
 		if err == nil {
 			err = retry(ctx, s.interval, func(ctx context.Context) error {
 				var err error
-				tries++
 				rs, _, err = s.rel.do(ctx, items)
 				return err
 			})
@@ -1004,7 +1009,6 @@ func (s *Session) Close() error {
 			continue
 		}
 		for i, id := range piece {
-			rs[i].retried = tries > 1
 			closeErrs[id] = rs[i].outcome(id, kept[id].deadline, kept[id].epoch)
 		}
 	}

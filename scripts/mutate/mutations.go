@@ -319,8 +319,24 @@ finish()`},
 		Name: "core/no-settle",
 		What: "an enqueue whose reply was lost is not settled: what it made holds its keys with nobody to renew them (section 4)",
 		Edits: []Edit{{File: "lanes/session.go", Old: `	if len(inBackend) > 0 {
-		s.settleLater(inBackend)
-	}`, New: `	_ = inBackend`}},
+		settled := s.settleLater(inBackend)`, New: `	if false {
+		settled := s.settleLater(inBackend)`}},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	{
+		Name: "core/settle-in-background",
+		What: "an Acquire given up while its enqueue step had no answer returns before its settle: the caller sees its waiter still queued",
+		Edits: []Edit{{File: "lanes/session.go", Old: `		if ctx.Err() != nil {
+			// The caller gave up`, New: `		if false {
+			// The caller gave up`}},
+		Pkgs: []string{"./integration"}, Run: "TestAcquireGivenUpDuringEnqueueLeavesQueues",
+	},
+	{
+		Name: "core/stale-beat",
+		What: "a heartbeat's answer is applied by id: a late answer about a released entry grants or fails a new entry of the same id",
+		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `		e := es[i]
+		if st.ID != e.id || s.entries[e.id] != e {`, New: `		e := s.entries[st.ID]
+		if _ = es[i]; e == nil {`}},
+		Pkgs: []string{"./integration"}, Run: "TestStaleHeartbeatAnswerSkipsNewEntryOfSameID",
 	},
 }
