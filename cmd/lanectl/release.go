@@ -27,8 +27,8 @@ func newReleaseCommand(o *releaseOptions) *cobra.Command {
 		Use:   "release --force [--yes] ENTRY...",
 		Short: "Evict entries by force: a holder's lease ends, a waiter leaves its queues",
 		Long: `release removes entries by id, whatever their state: a holder's slots pass to
-the next waiters and its process loses its lease (a lanectl lock sends its
-command SIGTERM and exits 79); a waiter leaves every queue. It needs --force,
+the next waiters and its process loses its lease (a lanectl lock kills its
+command at once, SIGKILL, and exits 79); a waiter leaves every queue. It needs --force,
 since it takes a lease from another process. On a terminal it asks before
 evicting each entry, unless --yes; without one (a script) it does not ask.
 It says which holders it evicted and which waiters were granted next, and
