@@ -115,21 +115,41 @@ func run(out io.Writer, parallel int, logPath, timesPath string, goflags, patter
 	defer stop()
 	queue := make(chan *pkg)
 	var wg sync.WaitGroup
+	var ranMu sync.Mutex
+	var ran []*pkg // the packages started, in order
 	for range max(parallel, 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for p := range queue {
+				if r.signaled() != nil {
+					continue // interrupted: nothing new starts
+				}
+				ranMu.Lock()
+				ran = append(ran, p)
+				ranMu.Unlock()
 				r.test(p)
 			}
 		}()
 	}
 	for _, p := range todo {
+		if r.signaled() != nil {
+			break
+		}
 		queue <- p
 	}
 	close(queue)
 	wg.Wait()
 
+	if sig := r.signaled(); sig != nil {
+		code := summary(out, ran, none, logPath, time.Since(start))
+		fmt.Fprintf(out, "INTERRUPTED by %v: %d of %d packages ran (those it stopped show as FAIL), %d did not start\n",
+			sig, len(ran), len(todo), len(todo)-len(ran))
+		if s, ok := sig.(syscall.Signal); ok {
+			return 128 + int(s), nil
+		}
+		return max(code, 1), nil
+	}
 	for _, p := range todo {
 		times[p.path] = p.elapsed
 	}
@@ -197,6 +217,14 @@ type runner struct {
 	mu    sync.Mutex
 	log   io.Writer
 	procs map[*os.Process]bool
+	sig   os.Signal // the SIGINT or SIGTERM that interrupted the run; nil if none
+}
+
+// signaled returns the signal that interrupted the run, or nil.
+func (r *runner) signaled() os.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sig
 }
 
 // event is one line of `go test -json` (test2json), with the build events
@@ -332,7 +360,9 @@ func (r *runner) track(proc *os.Process, running bool) {
 
 // forwardSignals passes SIGINT and SIGTERM on to the running go test
 // processes (from a terminal they have them already), so that they end and
-// print what they have; testreport then prints its summary.
+// print what they have; no package starts after it, and testreport prints
+// the summary of those that ran, says it was interrupted, and exits 128
+// plus the signal's number.
 func (r *runner) forwardSignals() (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
@@ -344,6 +374,9 @@ func (r *runner) forwardSignals() (stop func()) {
 				return
 			case s := <-ch:
 				r.mu.Lock()
+				if r.sig == nil {
+					r.sig = s
+				}
 				for p := range r.procs {
 					_ = p.Signal(s)
 				}
