@@ -274,9 +274,9 @@ func (s *Session) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // entries that nobody keeps alive; when ctx ended, before it returns, so
 // that a request given up on has left every queue, as in Ticket.Wait
 // (unless the backend does not answer: then it returns once a try of the
-// settle failed, or after the release timeout, and the settle goes on). An Enqueue of such an id meanwhile
-// waits for that settle, and is then refused (ErrIDRetired) while the
-// tombstone lives. On error nothing is kept alive and the error wraps
+// settle failed, or after the release timeout, and the settle goes on).
+// An Enqueue of such an id meanwhile waits for that settle, and is then
+// refused (ErrIDRetired) while the tombstone lives. On error nothing is kept alive and the error wraps
 // ErrInvalid, ErrLimitMismatch, ErrUnavailable, ErrCanceled or
 // ErrWaitTimeout (ctx ended), or ErrClosed.
 func (s *Session) Enqueue(ctx context.Context, reqs ...Request) ([]*Ticket, error) {
