@@ -150,7 +150,7 @@ func writeStatusTable(out io.Writer, v statusView) error {
 
 // writeRateTable writes, after a blank line, one line per rate key: its
 // rate, the units spent in the window, when the next units leave it
-// ("now" while some are free), and how many wait. Nothing when no key has
+// ("now" while some are free and nobody waits), and how many wait. Nothing when no key has
 // a rate.
 func writeRateTable(out io.Writer, v statusView) error {
 	var tw *tabwriter.Writer
@@ -163,8 +163,11 @@ func writeRateTable(out io.Writer, v statusView) error {
 			tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "RATE KEY\tRATE\tSPENT\tNEXT FREE IN\tWAITERS")
 		}
+		// "now" only while units are free and nobody waits: a waiter
+		// whose cost is more than the free units waits for the oldest
+		// units to leave.
 		next := "now"
-		if k.Rate.Spent >= k.Rate.Limit {
+		if (k.Rate.Spent >= k.Rate.Limit || len(k.Waiters) > 0) && k.Rate.NextFreeMS > 0 {
 			next = ms(k.Rate.NextFreeMS)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%d\n", ident(k.Key), k.Rate.Rate, k.Rate.Spent, k.Rate.Limit, next, len(k.Waiters))

@@ -55,18 +55,20 @@ func TestCallID(t *testing.T) {
 }
 
 // TestRateTableNextFree: NEXT FREE IN says "now" while the window has
-// units free, and how long until the next leave it once all are spent.
+// units free and nobody waits, and how long until the next leave it once
+// all are spent, or while a waiter needs more units than are free.
 func TestRateTableNextFree(t *testing.T) {
 	v := statusView{Keys: []statusKey{
 		{Key: "free", Rate: &rateView{Rate: "5/m", Limit: 5, Spent: 3, NextFreeMS: 40000}},
 		{Key: "full", Rate: &rateView{Rate: "5/m", Limit: 5, Spent: 5, NextFreeMS: 1500}},
 		{Key: "idle", Rate: &rateView{Rate: "5/m", Limit: 5}},
+		{Key: "short", Rate: &rateView{Rate: "3/m", Limit: 3, Spent: 2, NextFreeMS: 58000}, Waiters: []waiterView{{Entry: "w", Position: 1}}},
 	}}
 	var b strings.Builder
 	if err := writeRateTable(&b, v); err != nil {
 		t.Fatal(err)
 	}
-	for key, want := range map[string]string{"free": "now", "full": ms(1500), "idle": "now"} {
+	for key, want := range map[string]string{"free": "now", "full": ms(1500), "idle": "now", "short": ms(58000)} {
 		var line []string
 		for _, l := range strings.Split(b.String(), "\n") {
 			if f := strings.Fields(l); len(f) > 3 && f[0] == key {
