@@ -228,18 +228,24 @@ func TestChaosRedisRestartWithoutPersistence(t *testing.T) {
 		})
 		s.h.Stop(v)
 		// Kill Redis just after a slow holder's grant: its hold (2s at
-		// least) runs through the kill and the restart. Redis says when
-		// the holder of l0 (only they take it) was granted: a loaded
-		// machine that starves this harness makes it wait for a later
-		// grant, not kill after the hold ended.
-		s.h.Until(time.Minute, "a slow holder granted l0 less than 1.5s ago", func() bool {
+		// least) runs through the kill and the restart. The holder has
+		// seen its grant (its acquire returned, in its history), and Redis
+		// says it was granted less than 1.5s ago: a grant this harness saw
+		// late (a loaded machine starves it) makes it wait for a later one.
+		s.h.Until(time.Minute, "a slow holder granted l0 less than 1.5s ago, and told", func() bool {
 			ictx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			snap, err := b.Inspect(ictx, []string{"l0"})
 			if err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
 				return false
 			}
-			return snap.Time.Sub(snap.Keys[0].Holders[0].Granted) < 1500*time.Millisecond
+			h := snap.Keys[0].Holders[0]
+			if snap.Time.Sub(h.Granted) >= 1500*time.Millisecond {
+				return false
+			}
+			return s.h.Seen(func(e chaos.Event) bool {
+				return e.ID == h.ID && e.Op == chaos.OpAcquire && e.Phase == chaos.Ok
+			})
 		})
 		from := s.h.Fault("kill -9 redis-server (no persistence)", chaos.Invoke)
 		srv.Kill()
