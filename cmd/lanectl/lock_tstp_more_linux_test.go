@@ -72,8 +72,7 @@ func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
-		// TTL 4s: A keeps k until B waits, even starved on a loaded machine.
-		a := startBin(t, s.args("lock", "--ttl", "4s", "k", "--", "sh", "-c", escapedTermIgnorer, "sh", "A", log, ready)...)
+		a := startBin(t, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", escapedTermIgnorer, "sh", "A", log, ready)...)
 		writing(t, log, ready)
 		esc := pidIn(ready + ".esc")
 		t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
@@ -93,9 +92,7 @@ func TestLockSuspendedByTSTPNestedLockCommandDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
-		// TTL 4s: the inner lock keeps k until B waits, even starved on a
-		// loaded machine.
-		inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "4s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
+		inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
 		a := startBin(t, s.args(append([]string{"lock", "--ttl", "30s", "outer", "--"}, inner...)...)...)
 		writing(t, log, ready)
 		suspendPastLease(t, s, a, log)
