@@ -339,9 +339,7 @@ func (o *lockOptions) acquire(ctx, wctx context.Context, stderr io.Writer, b lan
 // owner renews it, after a "; ", or "" when the backend does not answer in
 // time or no key shows that holder.
 func (o *lockOptions) idLeaseEnds(ctx context.Context, b lanes.Backend) string {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
-	defer cancel()
-	snap, err := b.Inspect(ictx, o.keys)
+	snap, err := o.inspect(ctx, b)
 	if err != nil {
 		return ""
 	}
@@ -358,13 +356,19 @@ func (o *lockOptions) idLeaseEnds(ctx context.Context, b lanes.Backend) string {
 // taken says who holds the keys and who waits ahead of entry id, after a
 // ": ", or "" when the backend does not answer in time.
 func (o *lockOptions) taken(ctx context.Context, b lanes.Backend, id string) string {
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
-	defer cancel()
-	snap, err := b.Inspect(ictx, o.keys)
+	snap, err := o.inspect(ctx, b)
 	if err != nil {
 		return ""
 	}
 	return ": " + takenText(snap, id, o.keys)
+}
+
+// inspect reads the state of lock's keys for a message, within
+// connectTimeout, even after ctx ended.
+func (o *lockOptions) inspect(ctx context.Context, b lanes.Backend) (*lanes.Snapshot, error) {
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), connectTimeout)
+	defer cancel()
+	return b.Inspect(ictx, o.keys)
 }
 
 // giveUp ends a --try whose request was not granted at once: it says who
