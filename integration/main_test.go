@@ -55,7 +55,7 @@ func namespace(t *testing.T) (string, *redislane.Backend, redis.UniversalClient)
 }
 
 // snapshot returns key's state.
-func snapshot(t *testing.T, b *redislane.Backend, key string) lanes.KeyState {
+func snapshot(t *testing.T, b lanes.Backend, key string) lanes.KeyState {
 	t.Helper()
 	snap, err := b.Inspect(context.Background(), []string{key})
 	if err != nil {

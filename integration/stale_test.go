@@ -85,17 +85,12 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b lanes.Backend)) {
 
 func keyState(t *testing.T, b lanes.Backend, key string) (holders, waiters []string) {
 	t.Helper()
-	snap, err := b.Inspect(bounded(t, 5*time.Second), []string{key})
-	if err != nil {
-		t.Fatalf("Inspect(%s) = %v", key, err)
+	ks := snapshot(t, b, key)
+	for _, h := range ks.Holders {
+		holders = append(holders, h.ID)
 	}
-	for _, k := range snap.Keys {
-		for _, h := range k.Holders {
-			holders = append(holders, h.ID)
-		}
-		for _, w := range k.Waiters {
-			waiters = append(waiters, w.ID)
-		}
+	for _, w := range ks.Waiters {
+		waiters = append(waiters, w.ID)
 	}
 	return holders, waiters
 }
