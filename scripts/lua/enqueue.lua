@@ -37,6 +37,8 @@
 --        use with differs (0 0: none); LANES_EXHAUSTED when sequence numbers would pass
 --        MAX_SEQ while entries wait. Then nothing is enqueued.
 
+local lean = lean_enqueue(KEYS, ARGV) -- the common step, lean (lib.lua)
+if lean then return lean end
 local err = begin(KEYS, ARGV)
 if err then return err end
 
@@ -51,6 +53,8 @@ local decoded, reqs = pcall(cjson.decode, ARGV[7] or '')
 if not decoded or type(reqs) ~= 'table' or #reqs == 0 or #reqs > MAX_STEP_REQUESTS then
   return badarg('requests', 'must be a JSON list of 1 to ' .. MAX_STEP_REQUESTS .. ' requests')
 end
+-- the optional string fields of a request (call id, tool, tenant)
+local REQUEST_FIELDS = {'c', 't', 'n'}
 -- at names request i in a refusal.
 local function at(i) return 'request ' .. i .. ': ' end
 do

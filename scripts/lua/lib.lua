@@ -176,8 +176,6 @@ local function int_in(v, lo, hi)
   if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
   return n
 end
--- the optional string fields of a request (call id, tool, tenant)
-local REQUEST_FIELDS = {'c', 't', 'n'}
 local function badarg(field, what)
   return redis.error_reply('LANES_BADARG ' .. field .. ' ' .. what)
 end
@@ -765,8 +763,9 @@ end
 -- restart without persistence, a failover to a lagging replica) resumes
 -- above every token it issued before the loss, as long as the clock does
 -- not go back and fewer than one token per µs was issued on average.
+local function next_token(t) return math.max(t + 1, math.floor(NOW_US * 1.024)) end
 local function tokenize(r)
-  r.t = math.max(r.t + 1, math.floor(NOW_US * 1.024))
+  r.t = next_token(r.t)
   return dec(r.t)
 end
 
@@ -1060,6 +1059,9 @@ local function eligible(e)
   return true
 end
 
+-- by_seq orders candidates {seq, id, ...} by arrival.
+local function by_seq(a, b) return a[1] < b[1] end
+
 -- scan grants the waiters that became eligible on the touched keys, in
 -- arrival order across all of them (DESIGN.md invariant 2: on every key,
 -- an earlier waiter is granted, and gets its token, before a later one).
@@ -1123,7 +1125,7 @@ local function scan(touched)
       end
     end
   end
-  table.sort(cands, function(a, b) return a[1] < b[1] end)
+  table.sort(cands, by_seq)
   for _, c in ipairs(cands) do
     local e = load(c[2])
     if e and e.s == 'w' and eligible(e) then grant(e, true, nil, true) end
@@ -1219,5 +1221,535 @@ local function finish()
   for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
   for _, o in ipairs(order) do
     redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
+  end
+end
+
+-- Lean steps (issue 12). The common steps are taken whole before begin
+-- and without the general machinery: an enqueue of plain requests, and an
+-- owner's release of plain holders with the hand-off to the plain waiters
+-- that frees. A plain request is new (no entry of its id), names neither
+-- lineage nor rates, and comes in the form the Go client writes
+-- (lean_requests); a plain entry has a record in the form lean steps
+-- write (plain_rec): it neither lends (b), borrows (r), has a lineage (l)
+-- nor has ended (v, z). A lean step does what the general path would do
+-- for the same state and gives the same reply and hints, reading and
+-- writing records as strings. Anything else, found before its first
+-- write, makes it return nil, and the general path takes the step from
+-- the start. It runs only while nothing has expired, and checks the
+-- markers where the general path would.
+
+local lean_enqueue, lean_release
+do -- (the lean steps' helpers: locals of this block alone)
+  -- The strings lean steps found valid: the last owner, host and pid of an
+  -- enqueue (also free of the bytes JSON escapes), the last TTL, and keys
+  -- and request fields (at most VALID_MAX, then forgotten). A library's
+  -- functions keep them between calls.
+  local LEAN_OWNER, LEAN_HOST, LEAN_PID, LEAN_TTLS, LEAN_TTL
+  local VKEY, VFIELD, VALID_N = {}, {}, 0
+  local VALID_MAX = 1000
+  -- Steps of more requests or ids go to the general path: there the work
+  -- per request is less (cjson reads a long list faster than patterns),
+  -- and a release of many ids is most often one of waiters (Close).
+  local LEAN_STEP = 100
+
+  local function remember(set, s)
+    if VALID_N >= VALID_MAX then VKEY, VFIELD, VALID_N = {}, {}, 0 end
+    set[s], VALID_N = true, VALID_N + 1
+  end
+  local function lean_key(s)
+    if VKEY[s] then return true end
+    if not key_ok(s) then return false end
+    remember(VKEY, s)
+    return true
+  end
+  local function lean_field(s)
+    if VFIELD[s] then return true end
+    if not field_ok(s) then return false end
+    remember(VFIELD, s)
+    return true
+  end
+
+  -- lean_requests parses the requests of an enqueue (ARGV[7]) when they are
+  -- plain and in the form the Go client writes: [{"id":"…","k":[["key",
+  -- limit],…]} with "c", "t" and "n" after "k" when given, in that order],
+  -- no space, strings without a quote or backslash (their JSON is then their
+  -- bytes), limits in plain decimal. It returns, per request, {id, lanes
+  -- {{key, limit string, limit}, …}, the JSON of its lanes, the JSON of its
+  -- fields from "c" on}, or nil for anything else (which cjson may still
+  -- read: the general path decides).
+  local LP_REQ = '^{"id":"([^"\\]+)","k":%[()'
+  local LP_LANE = '^%["([^"\\]+)",([1-9]%d*)%]()'
+  local LP_FIELDS = {'^,"c":"[^"\\]*"()', '^,"t":"[^"\\]*"()', '^,"n":"[^"\\]*"()'}
+  local function lean_requests(s)
+    if string.byte(s, 1) ~= 91 then return nil end -- [
+    local reqs, pos = {}, 2
+    while #reqs < LEAN_STEP do
+      local id, p = string.match(s, LP_REQ, pos)
+      if not id then return nil end
+      local lanes, from, c = {}, p, nil
+      repeat
+        local key, lim, q = string.match(s, LP_LANE, p)
+        if not key or #lanes == MAX_LANES then return nil end
+        lanes[#lanes + 1] = {key, lim, tonumber(lim)}
+        c, p = string.byte(s, q), q + 1
+      until c ~= 44 -- ,
+      if c ~= 93 then return nil end -- ]
+      local lanes_json, f = string.sub(s, from, p - 2), p
+      for i = 1, 3 do p = string.match(s, LP_FIELDS[i], p) or p end
+      if string.byte(s, p) ~= 125 then return nil end -- }
+      reqs[#reqs + 1] = {id, lanes, lanes_json, string.sub(s, f, p - 1)}
+      c, pos = string.byte(s, p + 1), p + 2
+      if c == 93 then
+        if pos <= #s then return nil end
+        return reqs
+      end
+      if c ~= 44 then return nil end
+    end
+    return nil
+  end
+
+  -- plain_rec parses the record raw of a plain entry in the form lean steps
+  -- write: {"o":"…","h":"…","p":pid(,"c":"…")(,"t":"…")(,"n":"…"),"k":[["key",
+  -- limit],…],"s":"w","q":seq,"e":ms} for a waiter, and for a holder
+  -- "s":"h", then ,"g":ms,"x":{"key":"token",…} (one token per lane, in
+  -- lane order) before the last }. cjson reads it as any JSON. It returns
+  -- {owner, state, seq string, enqueued string, lanes {{key, limit string,
+  -- limit}, …}, the record up to the end of its lanes}, or nil for a record
+  -- of any other form (written by cjson, or not plain).
+  local RP_HEAD = '^{"o":"([^"\\]*)","h":"[^"\\]*","p":%d+()'
+  local RP_LANE = '^%["([^"\\]+)",(%d+)%]()'
+  local RP_STATE = '^,"s":"([wh])","q":(%d+),"e":(%d+)()'
+  local RP_TOKEN = '^"([^"\\]+)":"%d+"()'
+  local function plain_rec(raw)
+    if not raw then return nil end
+    local o, p = string.match(raw, RP_HEAD)
+    if not o then return nil end
+    for i = 1, 3 do p = string.match(raw, LP_FIELDS[i], p) or p end
+    if string.sub(raw, p, p + 5) ~= ',"k":[' then return nil end
+    p = p + 6
+    local lanes, c = {}, nil
+    repeat
+      local key, lim, q = string.match(raw, RP_LANE, p)
+      if not key then return nil end
+      lanes[#lanes + 1] = {key, lim, tonumber(lim)}
+      c, p = string.byte(raw, q), q + 1
+    until c ~= 44
+    if c ~= 93 then return nil end
+    local head = string.sub(raw, 1, p - 1)
+    local s, seq, enq, q = string.match(raw, RP_STATE, p)
+    if not s then return nil end
+    if s == 'w' then
+      if q ~= #raw then return nil end -- the last }
+    else
+      q = string.match(raw, '^,"g":%d+,"x":{()', q)
+      if not q then return nil end
+      for i = 1, #lanes do
+        local key, nq = string.match(raw, RP_TOKEN, q)
+        if key ~= lanes[i][1] then return nil end
+        c, q = string.byte(raw, nq), nq + 1
+        if c ~= (i < #lanes and 44 or 125) then return nil end
+      end
+      if q ~= #raw then return nil end
+    end
+    if string.byte(raw, #raw) ~= 125 then return nil end
+    return {o, s, seq, enq, lanes, head}
+  end
+
+  -- lean_keys reads, in one command with the marker of lanes, the records
+  -- of keys (a list): per key {token string, waiters, holders (" id …"),
+  -- holder count, limit string (nil for an idle key)}. It returns nil when
+  -- the marker is missing or names another protocol, or a record does not
+  -- parse (the general path decides).
+  local function lean_keys(keys)
+    local got = mcall('HMGET', K_LANES, keys, '\0')
+    if not got[1] or read_marker(got[1]) then return nil end
+    local ks = {}
+    for i = 1, #keys do
+      local st = {'0', 0, '', 0, nil}
+      local raw = got[i + 1]
+      if raw then
+        local ep, l, tk, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
+        if not ep then return nil end
+        st[1] = tk
+        if ep == EPOCH and (w ~= '0' or rest ~= '') then
+          local n = 0
+          if rest ~= '' then
+            if string.byte(rest) ~= 32 then return nil end
+            n = 1
+            if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
+          end
+          st[2], st[3], st[4], st[5] = tonumber(w), rest, n, l
+        end
+      end
+      ks[keys[i]] = st
+    end
+    return ks
+  end
+
+  -- lean_clock reads the Redis clock, and lean_whole whether deadlines is
+  -- whole and nothing has expired (as expiring, which a lean step needs to
+  -- find empty).
+  local function lean_clock()
+    local t = redis.call('TIME')
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    NOW = math.floor(NOW_US / 1000)
+    return dec(NOW)
+  end
+  local function lean_whole(now)
+    local d = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', '0', '2')
+    return d[1] == '\0' and not d[2]
+  end
+
+  -- lean_token mints the next token of the key state st (tokenize).
+  local function lean_token(st)
+    st[1] = dec(next_token(tonumber(st[1])))
+    return st[1]
+  end
+
+  -- lean_line is the key record of st.
+  local function lean_line(st)
+    return EPOCH .. ' ' .. st[5] .. ' ' .. st[1] .. ' ' .. st[2] .. st[3]
+  end
+
+  -- lean_confirm is confirm for a lean step: the markers of queue, nested
+  -- and meta, and the last sequence number (nil when a marker is missing).
+  local function lean_confirm()
+    if not (redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')) then return nil end
+    local m = redis.call('HMGET', K_META, '\0', 'seq')
+    if not m[1] then return nil end
+    return tonumber(m[2] or '0')
+  end
+
+  -- lean_live reports whether every id of list has a deadline (with nothing
+  -- expired, one that has not passed: alive, and a purge removes none).
+  local function lean_live(list)
+    if #list == 0 then return true end
+    local dls = mcall('ZMSCORE', K_DEADLINES, list)
+    for i = 1, #list do
+      if not dls[i] then return false end
+    end
+    return true
+  end
+
+  -- lean_holders appends to list the holder ids of st that a purge would
+  -- look at (stale, after a reap that found nothing expired).
+  local function lean_holders(list, st)
+    if st[4] > 0 and st[4] <= PURGE_ALL then
+      for id in string.gmatch(st[3], '%S+') do list[#list + 1] = id end
+    end
+  end
+
+  local function lean_begin(KEYS, ARGV)
+    K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
+      KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+    WAKE = ARGV[2]
+  end
+
+  -- lean_enqueue is enqueue.lua's step when its requests are plain: each,
+  -- in order, is granted at once when every key it names has room for it
+  -- behind all that hold or wait, else queued on each of them. It returns
+  -- the reply, or nil (a request that is not plain or not new, a limit or
+  -- rate that disagrees, a holder without a deadline or record, a marker
+  -- missing, a frozen namespace, a tombstone alive, a longer TTL than any
+  -- before: the general path's to decide).
+  function lean_enqueue(KEYS, ARGV)
+    if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or not ARGV[7] then return nil end
+    local owner, host, pid = ARGV[4], ARGV[5], ARGV[6]
+    if owner ~= LEAN_OWNER or host ~= LEAN_HOST or pid ~= LEAN_PID then
+      if not (id_ok(owner) and field_ok(host) and not string.find(owner, '["\\]') and not string.find(host, '["\\]')
+          and (pid == '0' or string.find(pid, '^[1-9]%d*$')) and #pid <= 10 and tonumber(pid) <= 4294967295) then
+        return nil
+      end
+      LEAN_OWNER, LEAN_HOST, LEAN_PID = owner, host, pid
+    end
+    if ARGV[3] ~= LEAN_TTLS then
+      local ttl = int_in(ARGV[3], 1, MAX_TTL)
+      if not ttl then return nil end
+      LEAN_TTLS, LEAN_TTL = ARGV[3], ttl
+    end
+    local reqs = lean_requests(ARGV[7])
+    if not reqs then return nil end
+    -- The checks of enqueue.lua, which every request passes here.
+    local ids, seen, keys, limits, total, dup = {}, {}, {}, {}, 0, false
+    for i = 1, #reqs do
+      local r = reqs[i]
+      local id, lanes = r[1], r[2]
+      if not id_ok(id) or seen[id] then return nil end
+      seen[id] = true
+      ids[i] = id
+      total = total + #lanes
+      for j = 1, #lanes do
+        local key, lim = lanes[j][1], lanes[j][3]
+        if not lean_key(key) or lim > MAX_LIMIT then return nil end
+        for m = 1, j - 1 do
+          if lanes[m][1] == key then return nil end
+        end
+        if limits[key] then
+          dup = true
+          if limits[key] ~= lanes[j][2] then return nil end -- LANES_LIMIT
+        else
+          keys[#keys + 1] = key
+          limits[key] = lanes[j][2]
+        end
+      end
+      local f = r[4]
+      if f ~= '' then
+        for v in string.gmatch(f, '":"([^"]*)"') do
+          if not lean_field(v) then return nil end
+        end
+      end
+    end
+    if total > MAX_STEP_LANES then return nil end
+
+    lean_begin(KEYS, ARGV)
+    local nowS = lean_clock()
+    local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+    if not ents[1] then return nil end
+    for i = 1, #ids do
+      if ents[i + 1] then return nil end
+    end
+    local ks = lean_keys(keys)
+    if not ks or FROZEN > NOW or NOW < TOMBS or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+
+    -- A key with holders or waiters keeps its limit, and the rate its
+    -- holders carry must be none (rate_recorded reads the first holder's
+    -- record); then the general path confirms the state and purges.
+    local seq, firsts, stay = 0, {}, {}
+    for i = 1, #keys do
+      local st = ks[keys[i]]
+      if st[5] then
+        if st[5] ~= limits[keys[i]] then return nil end -- LANES_LIMIT
+        if st[4] == 0 then return nil end -- waiters alone: their rate is the head's
+        firsts[#firsts + 1] = string.match(st[3], '^ (%S+)')
+        lean_holders(stay, st)
+      end
+    end
+    if #firsts > 0 or dup then
+      if #firsts > 0 then
+        local got = mcall('HMGET', K_ENTRIES, firsts)
+        local j = 0
+        for i = 1, #keys do
+          local st = ks[keys[i]]
+          if st[5] then
+            j = j + 1
+            local e = plain_rec(got[j])
+            if not e then return nil end
+            local has = false
+            for _, kl in ipairs(e[5]) do
+              if kl[1] == keys[i] then has = true end
+            end
+            if not has then return nil end
+          end
+        end
+      end
+      seq = lean_confirm()
+      if not seq or seq + #reqs > MAX_SEQ or not lean_live(stay) then return nil end
+    end
+
+    -- Decided: grants and queue places in order, then the writes.
+    local out, recs, dls, members, seq0 = {}, {}, {}, {}, seq
+    local dl = dec(NOW + LEAN_TTL)
+    local head = '{"o":"' .. owner .. '","h":"' .. host .. '","p":' .. pid
+    for i = 1, #reqs do
+      local r = reqs[i]
+      local id, lanes = r[1], r[2]
+      local now = true
+      for j = 1, #lanes do
+        local st = ks[lanes[j][1]]
+        if st[4] + st[2] >= lanes[j][3] then
+          now = false
+          break
+        end
+      end
+      local detail, rec = {}, head .. r[4] .. ',"k":[' .. r[3] .. ']'
+      if now then
+        local x = {}
+        for j = 1, #lanes do
+          local key = lanes[j][1]
+          local st = ks[key]
+          st[5], st[3], st[4] = lanes[j][2], st[3] .. ' ' .. id, st[4] + 1
+          local tok = lean_token(st)
+          detail[2 * j - 1], detail[2 * j] = key, tok
+          x[j] = '"' .. key .. '":"' .. tok .. '"'
+        end
+        rec = rec .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{' .. table.concat(x, ',') .. '}}'
+        out[i] = {id, 'h', detail, 0}
+      else
+        seq = seq + 1
+        for j = 1, #lanes do
+          local key = lanes[j][1]
+          local st = ks[key]
+          st[5], st[2] = lanes[j][2], st[2] + 1
+          members[#members + 1] = '0'
+          members[#members + 1] = qmember(key, seq, id)
+          detail[2 * j - 1], detail[2 * j] = key, st[2] -- last on each key: its place is the count
+        end
+        rec = rec .. ',"s":"w","q":' .. seq .. ',"e":' .. nowS .. '}'
+        out[i] = {id, 'w', detail, seq}
+      end
+      recs[2 * i - 1], recs[2 * i] = id, rec
+      dls[2 * i - 1], dls[2 * i] = dl, id
+    end
+    mrun('HSET', K_ENTRIES, recs)
+    mrun('ZADD', K_DEADLINES, dls)
+    mrun('ZADD', K_QUEUE, members)
+    local lines = {}
+    for i = 1, #keys do
+      lines[2 * i - 1], lines[2 * i] = keys[i], lean_line(ks[keys[i]])
+    end
+    mrun('HSET', K_LANES, lines)
+    if seq ~= seq0 then redis.call('HSET', K_META, 'seq', dec(seq)) end
+    return {EPOCH, out, 0}
+  end
+
+  -- lean_drop takes the holder id out of the holders " a b …" of st; false
+  -- when st does not name it.
+  local function lean_drop(st, id)
+    local h = st[3]
+    if h == ' ' .. id then
+      st[3] = ''
+    else
+      local a, b = string.find(h .. ' ', ' ' .. id .. ' ', 1, true)
+      if not a then return false end
+      st[3] = string.sub(h, 1, a - 1) .. string.sub(h, b)
+    end
+    st[4] = st[4] - 1
+    return true
+  end
+
+  -- lean_release is release.lua's step when an owner releases plain
+  -- holders of its own (tombstone lifetime 0): each leaves its key records,
+  -- its entry and its deadline; on a key with waiters, the first waiters the
+  -- freed slots let in (scan) are granted, in arrival order across the
+  -- keys, when each is a live plain waiter of that key alone, and their
+  -- owners get grant hints. It returns the reply, or nil (an entry that is
+  -- not a plain holder of the caller's, a key record that does not name it,
+  -- a waiter of another kind, a queue member without a live entry, a
+  -- remaining holder without a deadline, a marker missing, a frozen
+  -- namespace, more room than RATE_SCAN: the general path's to decide).
+  function lean_release(KEYS, ARGV)
+    if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
+    local by, n = ARGV[3], #ARGV - 4
+    if n < 1 or n > LEAN_STEP or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
+    local ids, seen = {}, {}
+    for i = 5, #ARGV do
+      local id = ARGV[i]
+      if seen[id] or not id_ok(id) then return nil end
+      seen[id] = true
+      ids[i - 4] = id
+    end
+    lean_begin(KEYS, ARGV)
+    local nowS = lean_clock()
+    local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+    if not ents[1] then return nil end
+    local es, keys = {}, {}
+    seen = {}
+    for i = 1, n do
+      local e = plain_rec(ents[i + 1])
+      if not e or e[1] ~= by or e[2] ~= 'h' then return nil end
+      es[i] = e
+      for _, kl in ipairs(e[5]) do
+        if not seen[kl[1]] then
+          seen[kl[1]] = true
+          keys[#keys + 1] = kl[1]
+        end
+      end
+    end
+    local ks = lean_keys(keys)
+    if not ks or not lean_whole(nowS) then return nil end
+    -- The holders each key keeps once es are gone, and the limit each
+    -- released lane names (scan counts its room from it).
+    local limit, handoff = {}, false
+    for i = 1, n do
+      for _, kl in ipairs(es[i][5]) do
+        local st = ks[kl[1]]
+        if not st[5] or not lean_drop(st, ids[i]) then return nil end
+        limit[kl[1]] = kl[3]
+        if st[2] > 0 then handoff = true end
+      end
+    end
+    -- The waiters scan would grant: on each key with waiters, in key order,
+    -- the first members up to its room, each alive and plain.
+    local cands = {}
+    if handoff then
+      if FROZEN > NOW or not lean_confirm() then return nil end
+      table.sort(keys)
+      local live = {}
+      for _, key in ipairs(keys) do
+        local st = ks[key]
+        if st[2] > 0 then
+          lean_holders(live, st) -- a purge looks at them
+          local room = limit[key] - st[4]
+          if room > RATE_SCAN then return nil end
+          if room > 0 then
+            local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', dec(room + 2))
+            for j = 1, math.min(room, #ms) do
+              local seq, id = string.match(string.sub(ms[j], #key + 2), '^(%d+)%z(.+)$')
+              if not seq or string.find(id, '["\\]') then return nil end
+              cands[#cands + 1] = {tonumber(seq), id, key, ms[j]}
+              live[#live + 1] = id
+            end
+          end
+        end
+      end
+      if #cands > SCAN_MAX * 4 or not lean_live(live) then return nil end
+      if #cands > 0 then
+        local wids = {}
+        for i, c in ipairs(cands) do wids[i] = c[2] end
+        local got = mcall('HMGET', K_ENTRIES, wids)
+        for i, c in ipairs(cands) do
+          local w = plain_rec(got[i])
+          if not w or w[2] ~= 'w' or #w[5] ~= 1 or w[5][1][1] ~= c[3] or tonumber(w[3]) ~= c[1] then return nil end
+          c[5] = w
+        end
+      end
+    end
+
+    -- Decided: the removals, then the grants in arrival order.
+    local was, del = {}, {}
+    for i = 1, n do
+      was[i], del[i] = 'h', ids[i]
+    end
+    mrun('HDEL', K_ENTRIES, del)
+    mrun('ZREM', K_DEADLINES, del)
+    local granted_ids = {}
+    if #cands > 0 then
+      table.sort(cands, by_seq)
+      local recs, members, hints, owners = {}, {}, {}, {}
+      for i, c in ipairs(cands) do
+        local id, key, w = c[2], c[3], c[5]
+        local st = ks[key]
+        st[2], st[3], st[4] = st[2] - 1, st[3] .. ' ' .. id, st[4] + 1
+        local x = '"x":{"' .. key .. '":"' .. lean_token(st) .. '"}'
+        recs[2 * i - 1] = id
+        recs[2 * i] = w[6] .. ',"s":"h","q":' .. w[3] .. ',"e":' .. w[4] .. ',"g":' .. nowS .. ',' .. x .. '}'
+        members[i], granted_ids[i] = c[4], id
+        local o = w[1]
+        if not hints[o] then
+          hints[o] = {}
+          owners[#owners + 1] = o
+        end
+        table.insert(hints[o], '{"id":"' .. id .. '","q":' .. w[3] .. ',' .. x .. ',"g":' .. nowS .. '}')
+      end
+      mrun('ZREM', K_QUEUE, members)
+      mrun('HSET', K_ENTRIES, recs)
+      local lines = {}
+      for _, key in ipairs(keys) do
+        lines[#lines + 1] = key
+        lines[#lines + 1] = lean_line(ks[key])
+      end
+      mrun('HSET', K_LANES, lines)
+      for _, o in ipairs(owners) do
+        redis.call('PUBLISH', WAKE .. o, '[' .. table.concat(hints[o], ',') .. ']')
+      end
+    else
+      local lines = {}
+      for _, key in ipairs(keys) do
+        lines[#lines + 1] = key
+        lines[#lines + 1] = lean_line(ks[key])
+      end
+      mrun('HSET', K_LANES, lines)
+    end
+    return {EPOCH, was, granted_ids}
   end
 end

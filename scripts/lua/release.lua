@@ -20,6 +20,8 @@
 --        released by force)}, {ids granted}}.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
+local lean = lean_release(KEYS, ARGV) -- the common step, lean (lib.lua)
+if lean then return lean end
 local err = begin(KEYS, ARGV)
 if err then return err end
 

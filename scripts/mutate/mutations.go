@@ -162,7 +162,7 @@ var mutations = []Mutation{
 		Name: "core/fifo-latest-first",
 		What: "waiters eligible in one step are granted latest first (invariant 2)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `table.sort(cands, function(a, b) return a[1] < b[1] end)`, New: `table.sort(cands, function(a, b) return a[1] > b[1] end)`},
+			{File: "scripts/lua/lib.lua", Old: `local function by_seq(a, b) return a[1] < b[1] end`, New: `local function by_seq(a, b) return a[1] > b[1] end`},
 			{File: "lanes/memory.go", Old: `slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(a.seq, b.seq) })`, New: `slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(b.seq, a.seq) })`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
@@ -173,6 +173,9 @@ var mutations = []Mutation{
 		Edits: []Edit{
 			{File: "scripts/lua/lib.lua", Old: `if #kget(key).h + ahead >= limit then return false end`, New: `if #kget(key).h + ahead > limit then return false end`},
 			{File: "lanes/memory.go", Old: `if len(m.holders[l.Key])+ahead >= l.Limit || !m.rateRoom(l, ahead) {`, New: `if len(m.holders[l.Key])+ahead > l.Limit || !m.rateRoom(l, ahead) {`},
+			// the lean steps: an enqueue's room, a hand-off's room
+			{File: "scripts/lua/lib.lua", Old: `if st[4] + st[2] >= lanes[j][3] then`, New: `if st[4] + st[2] > lanes[j][3] then`},
+			{File: "scripts/lua/lib.lua", Old: `local room = limit[key] - st[4]`, New: `local room = limit[key] - st[4] + 1`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
 	},
@@ -180,7 +183,7 @@ var mutations = []Mutation{
 		Name: "core/token-increment",
 		What: "a grant takes the key's last token again instead of a new one (invariant 5)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      tokens[key] = tokenize(r)`, New: `      tokens[key] = r.t > 0 and dec(r.t) or tokenize(r)`},
+			{File: "scripts/lua/lib.lua", Old: `local function next_token(t) return math.max(t + 1, math.floor(NOW_US * 1.024)) end`, New: `local function next_token(t) return t > 0 and t or math.max(t + 1, math.floor(NOW_US * 1.024)) end`},
 			{File: "lanes/memory.go", Old: `		m.tokens[l.Key]++
 		e.tokens[l.Key] = m.tokens[l.Key]`, New: `		m.tokens[l.Key] = max(m.tokens[l.Key], 1)
 		e.tokens[l.Key] = m.tokens[l.Key]`},
@@ -208,6 +211,7 @@ var mutations = []Mutation{
 finish()`, New: `for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
 granted = {}
 finish()`},
+			{File: "scripts/lua/lib.lua", Old: `        redis.call('PUBLISH', WAKE .. o, '[' .. table.concat(hints[o], ',') .. ']')`, New: `        local _ = o`},
 			{File: "lanes/memory.go", Old: `	for _, g := range st.granted {
 		rel.Granted = append(rel.Granted, g.ID)
 	}
@@ -308,6 +312,44 @@ finish()`},
 	if len(e.Lanes)`},
 		},
 		Pkgs: []string{"./lanes", "./redislane"}, Run: "TestConformance",
+	},
+	// The lean steps of lib.lua (issue 12): the common enqueue and release
+	// taken without the general machinery, which must decide as it would.
+	{
+		Name: "lean/expiry-ignored",
+		What: "a lean step runs while an entry has expired: an enqueue queues behind a dead holder instead of reaping it first (invariant 6)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    return d[1] == '\0' and not d[2]`, New: `    return d[1] == '\0'`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformance|TestDifferential",
+	},
+	{
+		Name: "lean/rate-unchecked",
+		What: "a lean enqueue joins a key whose holder carries a rate without one of its own: one key, two rates (invariant 9)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `            if not e then return nil end
+            local has = false`, New: `            if not e then e = {nil, nil, nil, nil, {{keys[i]}}} end
+            local has = false`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformance|TestDifferential",
+	},
+	{
+		Name: "lean/unconfirmed",
+		What: "a lean enqueue that queues does not check the markers of queue, nested and meta: a vanished meta restarts sequence numbers and a new waiter overtakes the old (invariants 2, 13)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    if not (redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')) then return nil end
+    local m = redis.call('HMGET', K_META, '\0', 'seq')
+    if not m[1] then return nil end`, New: `    local m = redis.call('HMGET', K_META, '\0', 'seq')`},
+		},
+		Pkgs: []string{"./integration"}, Run: "TestStateKeyDeletedRealRedis",
+	},
+	{
+		Name: "lean/dead-waiter-granted",
+		What: "a lean hand-off grants the queue member at the head without checking that its entry lives (a member whose entry has no deadline: a key granted to nobody alive)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `if #cands > SCAN_MAX * 4 or not lean_live(live) then return nil end`, New: `if #cands > SCAN_MAX * 4 then return nil end`},
+		},
+		Pkgs: []string{"./redislane", "./integration"}, Run: "TestLean",
 	},
 	{
 		Name:  "core/stale-hint",
