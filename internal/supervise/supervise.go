@@ -123,6 +123,8 @@ func (c *Child) Signal(sig syscall.Signal) error {
 // Suspend stops the command's process group (SIGSTOP) and, under a
 // supervisor, every process the command started outside it: the runner is
 // about to stop too (job control) and cannot renew the lease meanwhile.
+// Under a supervisor it returns once the supervisor has stopped them all
+// (a second at most), so the runner stops only after them.
 func (c *Child) Suspend() {
 	_ = signal(c, syscall.SIGSTOP)
 	if c.sup != nil {
