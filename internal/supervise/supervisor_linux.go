@@ -158,7 +158,10 @@ func (s *supervision) killAll() { _, _ = s.ours.Write([]byte{'k'}) }
 // stopAll asks the supervisor to send SIGSTOP to every process the
 // command started, in its group or not: the runner stops with its command
 // (job control), so nothing it started runs on while the runner cannot
-// renew its lease. contAll asks it to send SIGCONT to them. Both return once the supervisor has answered that it
+// renew its lease. contAll asks it to send SIGCONT to them, but for what a
+// nested supervisor runs (signalTree): that runs under a nested runner's
+// lease, and only that runner can tell whether it may run again
+// (Child.continued). Both return once the supervisor has answered that it
 // signalled them all, or after ackWait, or once it is gone: so the runner
 // stops itself only once what it started is stopped, and it sends the
 // command's group its SIGCONT once the rest is continued.
@@ -474,6 +477,16 @@ func sweep(r *reaper, limit time.Duration) {
 // command, what it started (in its group or not: a setsid child, a nested
 // lanectl lock and its own command), and the orphans it adopted. Twice, so
 // that a child forked during the first pass is reached too.
+//
+// SIGCONT stops short of what a nested supervisor runs: it reaches the
+// nested supervisor (which must read its lifeline) but none of its
+// descendants. They run under the lease of the nested runner (a lanectl
+// lock or batch that the command started), which this process's runner
+// knows nothing of: once continued itself, the nested runner continues
+// them only if its own lease has not lapsed while it was stopped
+// (Child.continued), and otherwise its guard kills them, still stopped.
+// Continued from here, they would run on, for the moment the nested runner
+// takes to see its lease lost, beside the lease's next holder.
 func signalTree(sig syscall.Signal) {
 	for range 2 {
 		seen := map[int]bool{}
@@ -486,9 +499,19 @@ func signalTree(sig syscall.Signal) {
 			}
 			seen[p] = true
 			_ = syscall.Kill(p, sig)
+			if sig == syscall.SIGCONT && isSupervisor(p) {
+				continue
+			}
 			next = append(next, childrenOf(p)...)
 		}
 	}
+}
+
+// isSupervisor reports whether process p is a supervisor: its argv[0] is
+// supervisorArg0.
+func isSupervisor(p int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+	return err == nil && strings.HasPrefix(string(b), supervisorArg0+"\x00")
 }
 
 // childrenOf returns the pids of process p's children.
