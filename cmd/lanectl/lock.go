@@ -491,10 +491,12 @@ const contWindow = 20 * time.Millisecond
 // lanectl, whose command runs in a group of its own): stopped, lanectl
 // cannot renew the lease, so nothing the command started may run
 // meanwhile (Child.Suspend: its group, and under a supervisor what left
-// it). Once lanectl is continued, so is the command, unless the lease's
-// local deadline passed in between: the lease is then lost, and the guard
-// kills the command (SIGKILL ends a stopped process too) before it runs
-// again. jobCtl brings SIGTSTP and SIGCONT (stopTogether).
+// it, a nested lanectl's command too). Once lanectl is continued, so is
+// the command, unless the lease's local deadline passed in between: the
+// lease is then lost, and the guard kills the command (SIGKILL ends a
+// stopped process too) before it runs again. A nested lanectl's command
+// is continued by that lanectl, under the same rule for its own lease
+// (Child.Resume). jobCtl brings SIGTSTP and SIGCONT (stopTogether).
 func suspendWith(c *supervise.Child, lease *lanes.Lease, jobCtl <-chan os.Signal) {
 	stopTogether(jobCtl, func() func() {
 		c.Suspend()

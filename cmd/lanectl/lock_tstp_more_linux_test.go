@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,7 +73,8 @@ func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
-		a := startBin(t, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", escapedTermIgnorer, "sh", "A", log, ready)...)
+		// TTL 4s: A keeps k until B waits, even starved on a loaded machine.
+		a := startBin(t, s.args("lock", "--ttl", "4s", "k", "--", "sh", "-c", escapedTermIgnorer, "sh", "A", log, ready)...)
 		writing(t, log, ready)
 		esc := pidIn(ready + ".esc")
 		t.Cleanup(func() { _ = syscall.Kill(esc, syscall.SIGKILL) })
@@ -86,16 +88,70 @@ func TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease(t *testing.T) {
 // whose command writes A. SIGTSTP to the outer lanectl stops the nested
 // lanectl's command too (in a process group of its own, under its own
 // supervisor: a descendant the outer supervisor reaches), so it does not
-// run on after the nested lease on k expires and B is granted k. No line
-// of A after B's. On miniredis and real Redis.
+// run on after the nested lease on k expires and B is granted k. Once the
+// outer lanectl is continued, it continues the nested lanectl but not its
+// command: the nested lanectl finds its lease lapsed and kills the command
+// still stopped. (Before, the outer supervisor continued the command with
+// the nested lanectl, and it wrote once more, after B, about one run in 20
+// to 40, whatever the TTL.) No line of A after B's. On miniredis and real
+// Redis.
 func TestLockSuspendedByTSTPNestedLockCommandDoesNotOutliveLease(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		dir := t.TempDir()
 		log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
-		inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "2s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
+		// TTL 4s: the inner lock keeps k until B waits, even starved on a
+		// loaded machine.
+		inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "4s", "k", "--", "sh", "-c", writerScript, "sh", "A", log, ready)...)
 		a := startBin(t, s.args(append([]string{"lock", "--ttl", "30s", "outer", "--"}, inner...)...)...)
 		writing(t, log, ready)
 		suspendPastLease(t, s, a, log)
 		checkFirstThenSecond(t, logLines(t, log), "A", "B")
 	})
+}
+
+// TestLockSuspendedByTSTPThenContinuedInTimeNestedCommandFinishes: SIGTSTP
+// to an outer lanectl lock whose command is a nested lanectl lock, or a
+// nested lanectl batch, of k, whose command (tool) writes 50 lines and
+// exits. The outer lanectl stops everything below it, the nested
+// command too, and once continued, continues the nested lanectl but not
+// what the nested lanectl runs: the nested lanectl continues that itself,
+// its lease on k still held (30s), so the command finishes, and every
+// lanectl exits 0. (A nested command left stopped would hold k forever.)
+// On miniredis and real Redis.
+func TestLockSuspendedByTSTPThenContinuedInTimeNestedCommandFinishes(t *testing.T) {
+	const script = `echo $$ > "$2"; i=0; while [ $i -lt 50 ]; do echo A >> "$1"; sleep 0.01; i=$((i+1)); done`
+	for _, nested := range []string{"lock", "batch"} {
+		t.Run(nested, func(t *testing.T) {
+			forEachServer(t, func(t *testing.T, s *server) {
+				dir := t.TempDir()
+				log, ready := filepath.Join(dir, "log"), filepath.Join(dir, "ready")
+				inner := append([]string{lanectlBin}, s.args("lock", "--ttl", "30s", "k", "--", "sh", "-c", script, "sh", log, ready)...)
+				if nested == "batch" {
+					d := newBatchDir(t, fmt.Sprintf(`
+[tools.writer]
+command = ["sh", "-c", %q, "sh", %q, %q]
+concurrency = { key = "k" }
+`, script, log, ready))
+					inner = append([]string{lanectlBin}, s.args("batch", "--json", "--ttl", "30s", "--tools", d.tools, "--calls", d.calls(t, "anthropic", toolCall{"c1", "writer", `{}`}))...)
+				}
+				a := startBin(t, s.args(append([]string{"lock", "--ttl", "30s", "outer", "--"}, inner...)...)...)
+				eventually(t, "the nested command writes", func() bool { return pidIn(ready) > 0 && fileExists(log) })
+				writer := pidIn(ready)
+				t.Cleanup(func() { _ = syscall.Kill(writer, syscall.SIGKILL) })
+				a.signal(t, syscall.SIGTSTP)
+				// lanectl stops itself once everything below it is stopped.
+				eventually(t, "the outer lanectl is stopped", func() bool { return procState(a.cmd.Process.Pid) == "T" })
+				a.signal(t, syscall.SIGCONT)
+				if code := a.wait(t); code != 0 {
+					t.Fatalf("outer lock continued in time = %d; want 0: %s", code, a.stderr)
+				}
+				if n := len(logLines(t, log)); n != 50 {
+					t.Errorf("the nested command wrote %d lines; want all 50", n)
+				}
+				if nested == "batch" {
+					checkOutcomes(t, decodeBatch(t, a.stdout.String()), []want{{"c1", "writer", "ok", ""}})
+				}
+			})
+		})
+	}
 }

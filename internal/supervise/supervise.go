@@ -23,8 +23,15 @@ type Child struct {
 	exited chan struct{}
 	err    error // Cmd.Wait's, once exited is closed
 
-	mu      sync.Mutex
-	guarded string // what Guard did, if anything
+	mu       sync.Mutex
+	guarded  string           // what Guard did, if anything
+	lost     <-chan struct{}  // Guard's lease: lost is closed when it is lost
+	deadline func() time.Time // and its local deadline (nil: none)
+
+	// jc orders Suspend, Resume and continued; suspended is set from a
+	// Suspend until the Resume that undoes it.
+	jc        sync.Mutex
+	suspended bool
 }
 
 // Start starts cmd, in a process group of its own when group is set, and
@@ -52,6 +59,17 @@ type Child struct {
 // that imports this package needs nothing more: the supervisor starts in
 // this package's init. It costs a start of this program (about 2ms).
 //
+// Job control crosses nested runners (a lanectl lock or batch that the
+// command runs, with its own supervisor and lease): a runner's Suspend
+// stops everything below it, nested runners' commands too, but its Resume
+// continues the nested runners and not their commands. Each runner
+// continues its own: while a supervised command runs, this process watches
+// for its own SIGCONT, and when one comes it continues every command that
+// it did not stop itself (Suspend) and that may run, that is whose
+// lease (Guard) is not lost and whose local deadline has not passed. One
+// whose deadline passed stays stopped until Guard's SIGKILL ends it: its
+// lanes may have passed on meanwhile.
+//
 // Without a group of its own (and where there is no supervisor), the
 // command is this process's child. On Linux the kernel then sends it SIGKILL
 // if this process dies first (a parent-death signal: the command itself, not
@@ -68,6 +86,10 @@ func Start(cmd *exec.Cmd, group bool) (*Child, error) {
 		cmd.SysProcAttr = sysProcAttr(group)
 	}
 	c := &Child{Cmd: cmd, sup: sup, group: group && groupsWork, exited: make(chan struct{})}
+	var since uint64
+	if sup != nil {
+		since = enterJobs() // from now on a SIGCONT of this process is seen
+	}
 	started := make(chan error, 1)
 	go func() {
 		// The parent-death signal follows the thread that started the
@@ -82,13 +104,20 @@ func Start(cmd *exec.Cmd, group bool) (*Child, error) {
 			c.pgid = cmd.Process.Pid
 		}
 		if err != nil {
+			if sup != nil {
+				leaveJobs(nil)
+			}
 			started <- err
 			return
+		}
+		if sup != nil {
+			addJob(c, since)
 		}
 		started <- nil
 		c.err = cmd.Wait()
 		if sup != nil {
 			sup.close()
+			leaveJobs(c)
 		}
 		close(c.exited)
 	}()
@@ -121,21 +150,72 @@ func (c *Child) Signal(sig syscall.Signal) error {
 }
 
 // Suspend stops the command's process group (SIGSTOP) and, under a
-// supervisor, every process the command started outside it: the runner is
-// about to stop too (job control) and cannot renew the lease meanwhile.
+// supervisor, every process the command started outside it, nested
+// runners' commands too: the runner is about to stop too (job control) and
+// cannot renew the lease meanwhile. Under a supervisor it returns once the
+// supervisor has stopped them all (a second at most).
 func (c *Child) Suspend() {
+	c.jc.Lock()
+	defer c.jc.Unlock()
+	c.suspended = true
 	_ = signal(c, syscall.SIGSTOP)
 	if c.sup != nil {
 		c.sup.stopAll()
 	}
 }
 
-// Resume continues what Suspend stopped.
+// Resume continues what Suspend stopped, but for the commands of nested
+// runners (a lanectl lock or batch the command started): each nested
+// runner, once continued, continues its own commands if their leases did
+// not lapse meanwhile (see Start).
 func (c *Child) Resume() {
+	c.jc.Lock()
+	defer c.jc.Unlock()
+	c.suspended = false
+	c.resume()
+}
+
+func (c *Child) resume() {
 	if c.sup != nil {
 		c.sup.contAll()
 	}
 	_ = signal(c, syscall.SIGCONT)
+}
+
+// continued is what this process does for c once it is continued (SIGCONT)
+// after a stop it did not make itself: a runner above it stopped it with
+// everything it started (Suspend there reaches c's command) and continued
+// it, but not c's command, whose lease that runner knows nothing of. c's
+// command is continued now, unless it may not run: Guard's lease was lost
+// or its local deadline passed meanwhile (Guard's SIGKILL ends the command
+// still stopped), or this process stopped it itself (Suspend), and its
+// Resume decides.
+func (c *Child) continued() {
+	c.jc.Lock()
+	defer c.jc.Unlock()
+	if c.suspended || !c.mayRun() {
+		return
+	}
+	c.resume()
+}
+
+// mayRun reports whether the command may run: Guard watches no lease, or
+// its lease is not lost and its local deadline has not passed.
+func (c *Child) mayRun() bool {
+	c.mu.Lock()
+	lost, deadline := c.lost, c.deadline
+	c.mu.Unlock()
+	select {
+	case <-lost: // nil: never
+		return false
+	default:
+	}
+	if deadline != nil {
+		if d := deadline(); !d.IsZero() && !time.Now().Before(d) {
+			return false
+		}
+	}
+	return true
 }
 
 // KillGroup sends SIGKILL to whatever is left of the command's process
@@ -173,11 +253,16 @@ func (c *Child) guardSignal(sig syscall.Signal, why string) {
 // lease is lost, and may be nil for a lease that is never lost. onLost,
 // when not nil, is the lease's OnLost (lanes.Lease.OnLost): the SIGKILL is
 // then sent before the Session gives the lost lease's slots back, not
-// merely as soon as this goroutine sees lost closed.
+// merely as soon as this goroutine sees lost closed. lost and deadline
+// also decide whether a SIGCONT of this process continues the command
+// (see Start).
 //
 // Guard returns at once; its goroutine ends when the command exits, after
 // the SIGKILL, or when stop is called.
 func (c *Child) Guard(lost <-chan struct{}, onLost func(func()) func() bool, deadline func() time.Time, grace time.Duration) (stop func()) {
+	c.mu.Lock()
+	c.lost, c.deadline = lost, deadline
+	c.mu.Unlock()
 	done := make(chan struct{})
 	unregister := func() bool { return false }
 	if onLost != nil {

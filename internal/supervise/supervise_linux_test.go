@@ -29,6 +29,10 @@ import (
 const (
 	runnerEnv       = "SUPERVISE_TEST_RUNNER" // "supervised" or "direct"
 	runnerStatusEnv = "SUPERVISE_TEST_STATUS" // where the runner writes the status
+	// runnerJobEnv makes the runner a nested runner of a job control test
+	// (see nestedRunner): "suspends" or "lapses", then a comma and a
+	// directory.
+	runnerJobEnv = "SUPERVISE_TEST_JOB"
 )
 
 func TestMain(m *testing.M) {
@@ -45,10 +49,15 @@ func runnerMain(mode string) {
 	useSupervisor = mode == "supervised"
 	cmd := exec.Command(os.Args[1], os.Args[2:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	job := os.Getenv(runnerJobEnv)
+	nestedRunnerHook(job)
 	c, err := Start(cmd, true)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runner:", err)
 		os.Exit(100)
+	}
+	if job != "" {
+		nestedRunner(c, job)
 	}
 	_ = c.Wait()
 	if f := os.Getenv(runnerStatusEnv); f != "" {

@@ -32,7 +32,10 @@ import (
 // after the command's ExtraFiles. Over the lifeline, the supervisor reports
 // once whether it started the command: 8 bytes, little-endian, the errno of
 // the failure or 0, then the command's pid, which is also the number of its
-// process group.
+// process group. After that, this process sends it one byte per request:
+// 'S' (stop every process the command started), 'C' (continue them) or 'k'
+// (kill them all at once), and it answers each 'S' and 'C' with 's' or 'c'
+// once it has signalled every process.
 const (
 	supervisorArg0 = "lanes-supervisor"
 	supervisorEnv  = "LANES_SUPERVISOR_FD"
@@ -71,7 +74,16 @@ type supervision struct {
 	extra []*os.File
 
 	ours, theirs *os.File
+
+	mu           sync.Mutex // one stop or continue at a time (ask)
+	asked, acked int        // the stops and continues asked for, and answered
 }
+
+// ackWait bounds how long Suspend and Resume wait for the supervisor to
+// answer that it has stopped, or continued, what the command started: a
+// supervisor stopped itself (by a job control of a runner above this one)
+// answers once it is continued.
+const ackWait = time.Second
 
 // supervise rewrites cmd to start a supervisor that runs it, or returns nil
 // to start it as it is.
@@ -81,6 +93,13 @@ func supervise(cmd *exec.Cmd) (*supervision, error) {
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, &fs.PathError{Op: "fork/exec", Path: cmd.Path, Err: err}
+	}
+	// This end is nonblocking, so that reading the supervisor's answers
+	// (ask) can time out.
+	if err := syscall.SetNonblock(fds[0], true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
 		return nil, &fs.PathError{Op: "fork/exec", Path: cmd.Path, Err: err}
 	}
 	s := &supervision{
@@ -136,12 +155,41 @@ func (s *supervision) close() { s.ours.Close() }
 // its lanes). A supervisor gone already is no error.
 func (s *supervision) killAll() { _, _ = s.ours.Write([]byte{'k'}) }
 
-// stopAll and contAll ask the supervisor to send SIGSTOP, or SIGCONT, to
-// every process the command started, in its group or not: the runner
-// stops with its command (job control), so nothing it started runs on
-// while the runner cannot renew its lease.
-func (s *supervision) stopAll() { _, _ = s.ours.Write([]byte{'S'}) }
-func (s *supervision) contAll() { _, _ = s.ours.Write([]byte{'C'}) }
+// stopAll asks the supervisor to send SIGSTOP to every process the
+// command started, in its group or not: the runner stops with its command
+// (job control), so nothing it started runs on while the runner cannot
+// renew its lease. contAll asks it to send SIGCONT to them, but for what a
+// nested supervisor runs (signalTree): that runs under a nested runner's
+// lease, and only that runner can tell whether it may run again
+// (Child.continued). Both return once the supervisor has answered that it
+// signalled them all, or after ackWait, or once it is gone: so the runner
+// stops itself only once what it started is stopped, and it sends the
+// command's group its SIGCONT once the rest is continued.
+func (s *supervision) stopAll() { s.ask('S') }
+func (s *supervision) contAll() { s.ask('C') }
+
+// ask sends the supervisor request b and waits for its answer (see
+// stopAll). Answers that came too late for an earlier ask are counted
+// against it, not taken for this one's.
+func (s *supervision) ask(b byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.ours.Write([]byte{b}); err != nil {
+		return // the supervisor is gone, or its lifeline closed
+	}
+	s.asked++
+	if s.ours.SetReadDeadline(time.Now().Add(ackWait)) != nil {
+		return // not pollable: do not wait
+	}
+	var buf [16]byte
+	for s.acked < s.asked {
+		n, err := s.ours.Read(buf[:])
+		s.acked += n
+		if err != nil {
+			return // timed out, or the supervisor is gone
+		}
+	}
+}
 
 func init() {
 	if len(os.Args) < 3 || os.Args[0] != supervisorArg0 {
@@ -244,8 +292,10 @@ func supervisor(fd int, path string, argv []string) {
 					switch {
 					case c == 'S':
 						signalTree(syscall.SIGSTOP)
+						_, _ = syscall.Write(fd, []byte{'s'})
 					case c == 'C':
 						signalTree(syscall.SIGCONT)
+						_, _ = syscall.Write(fd, []byte{'c'})
 					case !asked:
 						asked = true
 						close(now)
@@ -427,6 +477,16 @@ func sweep(r *reaper, limit time.Duration) {
 // command, what it started (in its group or not: a setsid child, a nested
 // lanectl lock and its own command), and the orphans it adopted. Twice, so
 // that a child forked during the first pass is reached too.
+//
+// SIGCONT stops short of what a nested supervisor runs: it reaches the
+// nested supervisor (which must read its lifeline) but none of its
+// descendants. They run under the lease of the nested runner (a lanectl
+// lock or batch that the command started), which this process's runner
+// knows nothing of: once continued itself, the nested runner continues
+// them only if its own lease has not lapsed while it was stopped
+// (Child.continued), and otherwise its guard kills them, still stopped.
+// Continued from here, they would run on, for the moment the nested runner
+// takes to see its lease lost, beside the lease's next holder.
 func signalTree(sig syscall.Signal) {
 	for range 2 {
 		seen := map[int]bool{}
@@ -439,9 +499,19 @@ func signalTree(sig syscall.Signal) {
 			}
 			seen[p] = true
 			_ = syscall.Kill(p, sig)
+			if sig == syscall.SIGCONT && isSupervisor(p) {
+				continue
+			}
 			next = append(next, childrenOf(p)...)
 		}
 	}
+}
+
+// isSupervisor reports whether process p is a supervisor: its argv[0] is
+// supervisorArg0.
+func isSupervisor(p int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/cmdline")
+	return err == nil && strings.HasPrefix(string(b), supervisorArg0+"\x00")
 }
 
 // childrenOf returns the pids of process p's children.

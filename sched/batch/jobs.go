@@ -41,6 +41,9 @@ func track(child *supervise.Child, deadline func() time.Time) (untrack func()) {
 // deadline has not passed. One whose deadline passed stays stopped: its
 // lanes may have passed on, and its lease's guard kills it (SIGKILL ends a
 // stopped process) once the Session, running again, marks the lease lost.
+// A stop this process did not make itself (a lanectl lock above it stopped
+// it with everything it runs) ends with a SIGCONT: each command is then
+// continued on the same rule, by supervise (see supervise.Start).
 // Suspend and resume are safe for concurrent use with running commands;
 // the caller makes one Suspend at a time.
 func Suspend() (resume func()) {
