@@ -17,6 +17,21 @@ import (
 // builds a state a lean step must not decide alone, and checks the answer
 // the general path gives. Miniredis and real Redis.
 
+// warm makes the namespace's state and notes the TTL of a minute: the
+// first step's work, which the general path does. Every test below warms
+// first, so that its steps are the lean ones (the records they read are in
+// the lean form).
+func warm(t *testing.T, b lanes.Backend, o lanes.Owner) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "warm", Lanes: lane("warm")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctx, o.ID, []string{"warm"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A plain enqueue and its release are taken by the lean steps: the record
 // is written in the form plain_rec reads (the general path writes it with
 // cjson, in another order), and still reads as the JSON the protocol names.
@@ -25,14 +40,7 @@ func TestLeanRecordForm(t *testing.T) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		o := lanes.Owner{ID: "lean-owner", Host: "vm/1 é", PID: 8141}
-		// The namespace's first step makes its state and notes the TTL:
-		// the general path's.
-		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "first", Lanes: lane("first")}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := b.Release(ctx, o.ID, []string{"first"}); err != nil {
-			t.Fatal(err)
-		}
+		warm(t, b, o)
 		req := lanes.Request{ID: "e1", CallID: "call-1", Tool: "lanectl lock", Lanes: []lanes.Lane{{Key: "k/1", Limit: 2}, {Key: "k 2", Limit: 1}}}
 		st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{req})
 		if err != nil || st[0].State != lanes.Held {
@@ -104,6 +112,7 @@ func TestLeanDeadWaiterNotGranted(t *testing.T) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		o := lanes.Owner{ID: "o", Host: "h", PID: 1}
+		warm(t, b, o)
 		for _, id := range []string{"h", "dead", "live"} {
 			if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: id, Lanes: lane("K")}}); err != nil {
 				t.Fatal(err)
@@ -134,6 +143,7 @@ func TestLeanHolderWithoutDeadlinePurged(t *testing.T) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		o := lanes.Owner{ID: "o", Host: "h", PID: 1}
+		warm(t, b, o)
 		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "h", Lanes: lane("K")}}); err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +164,7 @@ func TestLeanHandoffOrder(t *testing.T) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		o := lanes.Owner{ID: "o", Host: "h", PID: 1}
+		warm(t, b, o)
 		k3 := []lanes.Lane{{Key: "S", Limit: 3}}
 		two := []lanes.Lane{{Key: "S", Limit: 3}, {Key: "T", Limit: 1}}
 		for _, r := range []lanes.Request{{ID: "h1", Lanes: k3}, {ID: "h2", Lanes: k3}, {ID: "h3", Lanes: k3},
@@ -179,6 +190,50 @@ func TestLeanHandoffOrder(t *testing.T) {
 		rel, err = b.Release(ctx, o.ID, []string{"w2"})
 		if err != nil || len(rel.Granted) != 1 || rel.Granted[0] != "w4" {
 			t.Fatalf("Release(w2) = %+v, %v; want w4 granted", rel, err)
+		}
+	})
+}
+
+// A lean enqueue that queues checks the markers of queue, nested and meta
+// as the general path does: one that vanished resets the state at once
+// (a new epoch, and the new waiter frozen behind the lost holder's
+// lease). A hand-off finds a queue that lost its members and leaves the
+// step to the general path, which resets too.
+func TestLeanStepsFindVanishedState(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		for _, k := range []int{2, 4, 5} { // queue, nested, meta
+			b := newBackend(t, c)
+			o := lanes.Owner{ID: "o", Host: "h", PID: 1}
+			warm(t, b, o)
+			st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "a", Lanes: lane("K")}})
+			if err != nil || st[0].State != lanes.Held {
+				t.Fatalf("Enqueue(a) = %+v, %v", st, err)
+			}
+			epoch := st[0].Epoch
+			c.Del(ctx, b.Keys()[k])
+			st, err = b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "b", Lanes: lane("K")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st[0].Epoch == epoch {
+				t.Errorf("%s deleted: Enqueue(b) answered in the old epoch; want the state reset", b.Keys()[k])
+			}
+		}
+		b := newBackend(t, c)
+		o := lanes.Owner{ID: "o", Host: "h", PID: 1}
+		warm(t, b, o)
+		st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "a", Lanes: lane("K")}, {ID: "w", Lanes: lane("K")}})
+		if err != nil || st[0].State != lanes.Held || st[1].State != lanes.Waiting {
+			t.Fatalf("Enqueue(a, w) = %+v, %v", st, err)
+		}
+		c.Del(ctx, b.Keys()[2])
+		rel, err := b.Release(ctx, o.ID, []string{"a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel.Epoch == st[0].Epoch || len(rel.Granted) != 0 {
+			t.Errorf("queue deleted: Release(a) = %+v in epoch %s; want the state reset and nobody granted", rel, st[0].Epoch)
 		}
 	})
 }

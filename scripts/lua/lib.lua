@@ -1236,7 +1236,8 @@ end
 -- writing records as strings. Anything else, found before its first
 -- write, makes it return nil, and the general path takes the step from
 -- the start. It runs only while nothing has expired, and checks the
--- markers where the general path would.
+-- markers where the general path would, but for a hand-off (see
+-- lean_release).
 
 local lean_enqueue, lean_release
 do -- (the lean steps' helpers: locals of this block alone)
@@ -1672,7 +1673,12 @@ do -- (the lean steps' helpers: locals of this block alone)
     -- the first members up to its room, each alive and plain.
     local cands = {}
     if handoff then
-      if FROZEN > NOW or not lean_confirm() then return nil end
+      -- (No check of the markers of queue, nested and meta, which the
+      -- general path makes here: a plain holder's release and a plain
+      -- waiter's grant need none of nested and meta, and a queue that
+      -- lost members shows below; a step that needs them finds a missing
+      -- marker soon, every heartbeat checks them all.)
+      if FROZEN > NOW then return nil end
       table.sort(keys)
       local live = {}
       for _, key in ipairs(keys) do
@@ -1683,6 +1689,8 @@ do -- (the lean steps' helpers: locals of this block alone)
           if room > RATE_SCAN then return nil end
           if room > 0 then
             local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', dec(room + 2))
+          -- fewer members than the record counts: the queue lost some
+          if #ms < math.min(room, st[2]) then return nil end
             for j = 1, math.min(room, #ms) do
               local seq, id = string.match(string.sub(ms[j], #key + 2), '^(%d+)%z(.+)$')
               if not seq or string.find(id, '["\\]') then return nil end

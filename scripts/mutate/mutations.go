@@ -341,7 +341,7 @@ finish()`},
     local m = redis.call('HMGET', K_META, '\0', 'seq')
     if not m[1] then return nil end`, New: `    local m = redis.call('HMGET', K_META, '\0', 'seq')`},
 		},
-		Pkgs: []string{"./integration"}, Run: "TestStateKeyDeletedRealRedis",
+		Pkgs: []string{"./redislane", "./integration"}, Run: "TestLean|TestStateKeyDeletedRealRedis",
 	},
 	{
 		Name: "lean/dead-waiter-granted",
