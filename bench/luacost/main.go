@@ -84,6 +84,16 @@ end`,
 end`,
 	},
 	{
+		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the contended enqueue)", ops: 200,
+		setup: `for i=1,200 do
+  ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+end`,
+		run: `for i=1,200 do
+  local x = ENQ(KEYS, {'2','h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  if type(x) ~= 'table' or x[2][1][2] ~= 'w' then return x end
+end`,
+	},
+	{
 		name: "release of waiters", what: "per id: 1,000 waiters behind a holder released in steps of 250 (Session.Close)", ops: 1000,
 		setup: waiters1000,
 		run: `for b=0,3 do
