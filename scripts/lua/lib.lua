@@ -1673,12 +1673,11 @@ do -- (the lean steps' helpers: locals of this block alone)
     -- the first members up to its room, each alive and plain.
     local cands = {}
     if handoff then
-      -- (No check of the markers of queue, nested and meta, which the
-      -- general path makes here: a plain holder's release and a plain
-      -- waiter's grant need none of nested and meta, and a queue that
-      -- lost members shows below; a step that needs them finds a missing
-      -- marker soon, every heartbeat checks them all.)
-      if FROZEN > NOW then return nil end
+      -- The markers of queue, nested and meta, as the general path's
+      -- confirm reads them before a hand-off: one missing resets the
+      -- state there, and a grant here would answer from a state that is
+      -- not whole (invariant 13; lean_break_test.go).
+      if FROZEN > NOW or not lean_confirm() then return nil end
       table.sort(keys)
       local live = {}
       for _, key in ipairs(keys) do

@@ -1,0 +1,618 @@
+package redislane_test
+
+// A differential fuzzer of the lean steps against the general path, on a
+// real Redis of its own: a private redis-server it starts (RealRedis;
+// skipped without redis-server), or LEAN_FUZZ_URL, a server it may load a
+// second library into (never a shared one). LEAN_FUZZ_RUNS sequences of 60
+// steps (6 by default, every other one with fresh ids, LEAN_FUZZ_CLEAN
+// for all), from LEAN_FUZZ_SEED. Each step
+// starts from one state, copied to a second namespace; the real library
+// runs it on the first, a library whose enqueue.lua and release.lua skip
+// the lean steps on the second; replies, hints and the resulting state are
+// compared (times within a tolerance, epochs and clock tokens by class).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/internal/redisproc"
+	"github.com/lanes-dev/lanes/lanes"
+	"github.com/lanes-dev/lanes/redislane"
+	"github.com/lanes-dev/lanes/scripts/lua"
+)
+
+// fuzzClient is a client of LEAN_FUZZ_URL, or of a private redis-server
+// that ends with t.
+func fuzzClient(t *testing.T) *redis.Client {
+	url := os.Getenv("LEAN_FUZZ_URL")
+	if url == "" {
+		url = fmt.Sprintf("redis://127.0.0.1:%d", redisproc.StartServer(t, redisproc.ServerOptions{}).Port)
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("LEAN_FUZZ_URL: %v", err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func fuzzLibs(t *testing.T, c *redis.Client) (lean, gen string) {
+	ctx := context.Background()
+	name, code := lua.Library()
+	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	code = strings.Replace(code, "#!lua name="+name, "#!lua name=gen_"+name, 1)
+	code = strings.ReplaceAll(code, "redis.register_function('"+name+"_", "redis.register_function('gen_"+name+"_")
+	for _, f := range []string{"lean_enqueue", "lean_release"} {
+		old := "local lean = " + f + "(KEYS, ARGV)"
+		if !strings.Contains(code, old) {
+			t.Fatalf("no %q", old)
+		}
+		code = strings.ReplaceAll(code, old, "local lean = nil")
+	}
+	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	return name, "gen_" + name
+}
+
+func nsKeys(ns string) []string {
+	p := "lanes:{" + ns + "}:"
+	return []string{p + "entries", p + "lanes", p + "queue", p + "deadlines", p + "nested", p + "meta", p + "tombs"}
+}
+
+type fz struct {
+	t          *testing.T
+	c          *redis.Client
+	lean, gen  string
+	a, b       string // namespaces
+	subA, subB *redis.PubSub
+	r          *rand.Rand
+	ids        []string
+	keys       []string
+	limits     map[string]int
+	owners     []string
+	log        []string
+	leanSteps  int
+	scores     map[string]float64
+	clean      bool
+}
+
+func (f *fz) call(lib, ns, script string, args []any) (any, error) {
+	ctx := context.Background()
+	keys := nsKeys(ns)
+	prefix := "lanes:{" + ns + "}:wake:"
+	all := append([]any{"2", prefix}, args...)
+	return f.c.FCall(ctx, lib+"_"+script, keys, all...).Result()
+}
+
+func (f *fz) clone() {
+	ctx := context.Background()
+	ka, kb := nsKeys(f.a), nsKeys(f.b)
+	f.c.Del(ctx, kb...)
+	for i := range ka {
+		d, err := f.c.Dump(ctx, ka[i]).Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if err := f.c.Restore(ctx, kb[i], 0, d).Err(); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+}
+
+func drain(ps *redis.PubSub, prefix string) []string {
+	var out []string
+	ch := ps.Channel()
+	for {
+		select {
+		case m := <-ch:
+			out = append(out, strings.TrimPrefix(m.Channel, prefix)+" "+m.Payload)
+		case <-time.After(15 * time.Millisecond):
+			return out
+		}
+	}
+}
+
+// norm classes: epochs of the state the step started in "EP", others "NEW";
+// tokens below 4e15 "CLK"; times near now "T".
+type normer struct {
+	ep  string
+	now int64 // ms
+}
+
+func (n normer) str(s string) string {
+	if s == n.ep {
+		return "EP"
+	}
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		if v > 1_000_000_000_000_000 && v < 4_000_000_000_000_000 {
+			return "CLK"
+		}
+		if v > 1_500_000_000_000_000 && v < 2_500_000_000_000_000 {
+			return "NEW"
+		}
+		if v > n.now-7_200_000 && v < n.now+7_200_000 {
+			return "T"
+		}
+	}
+	return s
+}
+
+func (n normer) val(v any) any {
+	switch x := v.(type) {
+	case string:
+		return n.str(x)
+	case int64:
+		return n.str(strconv.FormatInt(x, 10))
+	case float64:
+		if x == math.Trunc(x) {
+			return n.str(strconv.FormatInt(int64(x), 10))
+		}
+		return x
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = n.val(x[i])
+		}
+		return out
+	case map[string]any:
+		out := map[string]any{}
+		for k, y := range x {
+			out[k] = n.val(y)
+		}
+		return out
+	case error:
+		return "ERR " + x.Error()
+	}
+	return v
+}
+
+func (n normer) jsonS(s string) string {
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return "RAW " + s
+	}
+	b, _ := json.Marshal(n.val(v))
+	return string(b)
+}
+
+func (n normer) words(s string) string {
+	parts := strings.Split(s, " ")
+	for i := range parts {
+		parts[i] = n.str(parts[i])
+	}
+	return strings.Join(parts, " ")
+}
+
+// state renders the namespace's keys normalized; deadlines and tombs with
+// their scores rounded to 100 ms relative to now.
+func (f *fz) state(ns string, n normer) []string {
+	ctx := context.Background()
+	k := nsKeys(ns)
+	var out []string
+	ents, _ := f.c.HGetAll(ctx, k[0]).Result()
+	for id, raw := range ents {
+		out = append(out, fmt.Sprintf("entries %q %s", id, n.jsonS(raw)))
+	}
+	lns, _ := f.c.HGetAll(ctx, k[1]).Result()
+	for key, raw := range lns {
+		out = append(out, fmt.Sprintf("lanes %q %s", key, n.words(raw)))
+	}
+	for _, i := range []int{2, 3, 4, 6} {
+		zs, _ := f.c.ZRangeWithScores(ctx, k[i], 0, -1).Result()
+		for _, z := range zs {
+			sc := ""
+			if i == 3 || i == 6 {
+				if math.IsInf(z.Score, -1) {
+					sc = "-inf"
+				} else {
+					sc = "scored"
+					f.scores[ns+fmt.Sprint(i)+"\x00"+fmt.Sprint(z.Member)] = z.Score
+				}
+			} else {
+				sc = fmt.Sprint(z.Score)
+			}
+			out = append(out, fmt.Sprintf("z%d %q %s", i, z.Member, sc))
+		}
+		if ex, _ := f.c.Exists(ctx, k[i]).Result(); ex == 0 {
+			out = append(out, fmt.Sprintf("z%d absent", i))
+		}
+	}
+	meta, _ := f.c.HGetAll(ctx, k[5]).Result()
+	for fld, v := range meta {
+		out = append(out, fmt.Sprintf("meta %q %s", fld, n.str(v)))
+	}
+	for i := range 2 {
+		if ex, _ := f.c.Exists(ctx, k[i]).Result(); ex == 0 {
+			out = append(out, fmt.Sprintf("h%d absent", i))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (f *fz) epoch(ns string) string {
+	m, _ := f.c.HGet(context.Background(), nsKeys(ns)[1], "\x00").Result()
+	p := strings.Split(m, " ")
+	if len(p) > 1 {
+		return p[1]
+	}
+	return "-"
+}
+
+type fop struct {
+	desc   string
+	script string
+	args   []any
+	raw    func(ns string) // a damage op, run on both
+	sleep  time.Duration
+}
+
+func (f *fz) pick(list []string) string { return list[f.r.IntN(len(list))] }
+
+func (f *fz) genOp() fop {
+	r := f.r
+	switch x := r.IntN(100); {
+	case x < 45:
+		n := 1 + r.IntN(4)
+		if r.IntN(20) == 0 {
+			n = 1 + r.IntN(12)
+		}
+		var reqs []lanes.Request
+		used := map[string]bool{}
+		for len(reqs) < n {
+			id := f.pick(f.ids)
+			if used[id] && r.IntN(10) != 0 {
+				continue
+			}
+			used[id] = true
+			nl := 1 + r.IntN(2)
+			if r.IntN(6) == 0 {
+				nl = 3
+			}
+			var ls []lanes.Lane
+			ku := map[string]bool{}
+			for len(ls) < nl {
+				k := f.pick(f.keys)
+				if ku[k] {
+					continue
+				}
+				ku[k] = true
+				lim := f.limits[k]
+				if !f.clean && r.IntN(25) == 0 {
+					lim = 1 + r.IntN(3)
+				}
+				l := lanes.Lane{Key: k, Limit: lim}
+				if !f.clean && r.IntN(40) == 0 {
+					l.Rate = lanes.Rate{Limit: 3, Per: time.Second}
+				}
+				ls = append(ls, l)
+			}
+			req := lanes.Request{ID: id, Lanes: ls}
+			if r.IntN(3) == 0 {
+				req.CallID = f.pick([]string{"c1", "call/2", "é", "x y", "<&>", ""})
+			}
+			if r.IntN(3) == 0 {
+				req.Tool = f.pick([]string{"t", "tool", "日本", "a\u2028b"})
+			}
+			if r.IntN(4) == 0 {
+				req.Tenant = f.pick([]string{"n", "ten"})
+			}
+			if !f.clean && r.IntN(12) == 0 {
+				req.Lineage = []string{f.pick(f.ids)}
+				if req.Lineage[0] == id {
+					req.Lineage = nil
+				}
+			}
+			reqs = append(reqs, req)
+		}
+		js := string(redislane.AppendRequests(nil, reqs))
+		if r.IntN(30) == 0 {
+			js = strings.Replace(js, `,"k":`, `, "k":`, 1)
+		}
+		ttl := f.pick([]string{"60000", "2000", "2000", "300", "3000"})
+		o := f.pick(f.owners)
+		host := "h"
+		if r.IntN(20) == 0 {
+			host = "hé/x"
+		}
+		return fop{desc: fmt.Sprintf("enq %s ttl=%s %s", o, ttl, js), script: "enqueue", args: []any{ttl, o, host, "7", js}}
+	case x < 80:
+		n := 1 + r.IntN(3)
+		var ids []any
+		var ds []string
+		o := f.pick(f.owners)
+		ents, _ := f.c.HGetAll(context.Background(), nsKeys(f.a)[0]).Result()
+		var mine []string
+		for id, raw := range ents {
+			if strings.Contains(raw, `"o":"`+o+`"`) && strings.Contains(raw, `"s":"h"`) {
+				mine = append(mine, id)
+			}
+		}
+		sort.Strings(mine)
+		for range n {
+			id := f.pick(f.ids)
+			if len(mine) > 0 && r.IntN(10) < 8 {
+				id = f.pick(mine)
+			}
+			ids = append(ids, id)
+			ds = append(ds, id)
+		}
+		if r.IntN(30) == 0 {
+			o = ""
+		}
+		tomb := "0"
+		if r.IntN(30) == 0 {
+			tomb = "1000"
+		}
+		return fop{desc: fmt.Sprintf("rel %q tomb=%s %v", o, tomb, ds), script: "release", args: append([]any{o, tomb}, ids...)}
+	case x < 92:
+		o := f.pick(f.owners)
+		var ids []any
+		var ds []string
+		for range 1 + r.IntN(4) {
+			id := f.pick(f.ids)
+			ids = append(ids, id)
+			ds = append(ds, id)
+		}
+		return fop{desc: fmt.Sprintf("hb %s %v", o, ds), script: "heartbeat", args: append([]any{"2000", o}, ids...)}
+	case x < 99 || r.IntN(5) != 0 || f.clean:
+		return fop{desc: "sleep 350ms", sleep: 350 * time.Millisecond}
+	default:
+		which := r.IntN(10)
+		id := f.pick(f.ids)
+		switch {
+		case which < 5:
+			k := r.IntN(7)
+			return fop{desc: fmt.Sprintf("DEL key %d", k), raw: func(ns string) { f.c.Del(context.Background(), nsKeys(ns)[k]) }}
+		case which < 8:
+			return fop{desc: "ZREM deadline " + id, raw: func(ns string) { f.c.ZRem(context.Background(), nsKeys(ns)[3], id) }}
+		default:
+			return fop{desc: "HDEL entry " + id, raw: func(ns string) { f.c.HDel(context.Background(), nsKeys(ns)[0], id) }}
+		}
+	}
+}
+
+func (f *fz) step(op fop) bool {
+	ctx := context.Background()
+	f.log = append(f.log, op.desc)
+	if op.sleep > 0 {
+		time.Sleep(op.sleep)
+		return true
+	}
+	if op.raw != nil {
+		op.raw(f.a)
+		return true
+	}
+	f.clone()
+	ep := f.epoch(f.a)
+	before, _ := f.c.HGetAll(ctx, nsKeys(f.a)[0]).Result()
+	ra, ea := f.call(f.lean, f.a, op.script, op.args)
+	rb, eb := f.call(f.gen, f.b, op.script, op.args)
+	now := time.Now().UnixMilli()
+	na := normer{ep: ep, now: now}
+	ha := drain(f.subA, "lanes:{"+f.a+"}:wake:")
+	hb := drain(f.subB, "lanes:{"+f.b+"}:wake:")
+	var ra2, rb2 any = ra, rb
+	if ea != nil {
+		ra2 = "ERR " + ea.Error()
+	}
+	if eb != nil {
+		rb2 = "ERR " + eb.Error()
+	}
+	sa := fmt.Sprint(na.val(ra2))
+	sb := fmt.Sprint(na.val(rb2))
+	var diffs []string
+	if sa != sb {
+		diffs = append(diffs, "reply lean  "+sa, "reply gen   "+sb)
+	}
+	for i := range ha {
+		p := strings.SplitN(ha[i], " ", 2)
+		ha[i] = p[0] + " " + na.jsonS(p[1])
+	}
+	for i := range hb {
+		p := strings.SplitN(hb[i], " ", 2)
+		hb[i] = p[0] + " " + na.jsonS(p[1])
+	}
+	if strings.Join(ha, "\n") != strings.Join(hb, "\n") {
+		diffs = append(diffs, "hints lean "+strings.Join(ha, " | "), "hints gen  "+strings.Join(hb, " | "))
+	}
+	f.scores = map[string]float64{}
+	stA, stB := f.state(f.a, na), f.state(f.b, na)
+	for k, v := range f.scores {
+		if !strings.HasPrefix(k, f.a) {
+			continue
+		}
+		w, ok := f.scores[f.b+strings.TrimPrefix(k, f.a)]
+		if ok && math.Abs(v-w) > 50 {
+			diffs = append(diffs, fmt.Sprintf("score %q lean %v gen %v", k, v, w))
+		}
+	}
+	ma := map[string]bool{}
+	for _, s := range stA {
+		ma[s] = true
+	}
+	mb := map[string]bool{}
+	for _, s := range stB {
+		mb[s] = true
+	}
+	for _, s := range stA {
+		if !mb[s] {
+			diffs = append(diffs, "state lean only: "+s)
+		}
+	}
+	for _, s := range stB {
+		if !ma[s] {
+			diffs = append(diffs, "state gen only:  "+s)
+		}
+	}
+	// did lean take it: a record it wrote is in the lean form and new
+	after, _ := f.c.HGetAll(ctx, nsKeys(f.a)[0]).Result()
+	for id, raw := range after {
+		if before[id] != raw && strings.HasPrefix(raw, `{"o":`) {
+			f.leanSteps++
+			break
+		}
+	}
+	if len(diffs) > 0 {
+		f.t.Errorf("divergence at step %d: %s\n%s\nhistory:\n  %s", len(f.log), op.desc, strings.Join(diffs, "\n"), strings.Join(f.log, "\n  "))
+		return false
+	}
+	return true
+}
+
+func TestLeanFuzzRealRedis(t *testing.T) {
+	c := fuzzClient(t)
+	lean, gen := fuzzLibs(t, c)
+	iters := 6
+	if s := os.Getenv("LEAN_FUZZ_RUNS"); s != "" {
+		var err error
+		if iters, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("LEAN_FUZZ_RUNS: %v", err)
+		}
+	}
+	steps := 60
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LEAN_FUZZ_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("LEAN_FUZZ_SEED: %v", err)
+		}
+	}
+	t.Logf("LEAN_FUZZ_SEED=%d", seed)
+	total, leanTotal := 0, 0
+	for it := range iters {
+		s := seed + uint64(it)
+		f := &fz{t: t, c: c, lean: lean, gen: gen, r: rand.New(rand.NewPCG(s, 1)),
+			a: fmt.Sprintf("fzA%d", s), b: fmt.Sprintf("fzB%d", s)}
+		f.ids = []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		if os.Getenv("LEAN_FUZZ_CLEAN") != "" || it%2 == 1 { // fresh ids: more lean steps
+			f.clean = true
+			for i := range 24 {
+				f.ids = append(f.ids, fmt.Sprintf("i%d", i))
+			}
+		}
+		f.keys = []string{"K1", "K2", "K3", "K/4", "é5"}
+		f.limits = map[string]int{"K1": 1, "K2": 2, "K3": 1, "K/4": 3, "é5": 1}
+		f.owners = []string{"o1", "o2"}
+		ctx := context.Background()
+		f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
+		f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
+		f.subA.Receive(ctx)
+		f.subB.Receive(ctx)
+		// warm, and tokens far above the clock's
+		f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
+		f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
+		for _, k := range f.keys {
+			c.HSet(ctx, nsKeys(f.a)[1], k, "1 1 5000000000000000 0")
+		}
+		drain(f.subA, "")
+		ok := true
+		for range steps {
+			if !f.step(f.genOp()) {
+				ok = false
+				break
+			}
+		}
+		total += len(f.log)
+		leanTotal += f.leanSteps
+		f.subA.Close()
+		f.subB.Close()
+		c.Del(ctx, nsKeys(f.a)...)
+		c.Del(ctx, nsKeys(f.b)...)
+		if !ok {
+			t.Logf("seed %d", s)
+			if os.Getenv("LEAN_FUZZ_ALL") == "" {
+				break
+			}
+		}
+	}
+	t.Logf("steps %d, lean-written steps %d", total, leanTotal)
+}
+
+func TestLeanFuzzScenariosRealRedis(t *testing.T) {
+	c := fuzzClient(t)
+	lean, gen := fuzzLibs(t, c)
+	enq := func(o, ttl, js string) fop {
+		return fop{desc: "enq " + js, script: "enqueue", args: []any{ttl, o, "h", "7", js}}
+	}
+	rel := func(o string, ids ...string) fop {
+		a := []any{o, "0"}
+		for _, id := range ids {
+			a = append(a, id)
+		}
+		return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
+	}
+	reqs := func(prefix string, n int, key func(i int) string, lim int) string {
+		var rs []lanes.Request
+		for i := range n {
+			rs = append(rs, lanes.Request{ID: fmt.Sprintf("%s%d", prefix, i), Lanes: []lanes.Lane{{Key: key(i), Limit: lim}}})
+		}
+		return string(redislane.AppendRequests(nil, rs))
+	}
+	ids := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s%d", prefix, i))
+		}
+		return out
+	}
+	same := func(int) string { return "S" }
+	own := func(i int) string { return fmt.Sprintf("k%d", i) }
+	scen := map[string][]fop{
+		"100 on one key":     {enq("o1", "60000", reqs("r", 100, same, 1)), rel("o1", "r0"), rel("o1", "r1"), enq("o2", "60000", reqs("q", 100, same, 1))},
+		"101 on one key":     {enq("o1", "60000", reqs("r", 101, same, 1)), rel("o1", "r0")},
+		"100 keys":           {enq("o1", "60000", reqs("h", 100, own, 1)), enq("o2", "60000", reqs("w", 100, own, 1)), rel("o1", ids("h", 100)...)},
+		"room 50 and 51":     {enq("o1", "60000", reqs("h", 60, same, 60)), enq("o2", "60000", reqs("w", 60, same, 60)), rel("o1", ids("h", 50)...), rel("o1", "h50", "h51"), rel("o1", ids("h", 60)[52:]...)},
+		"mixed ttl":          {enq("o1", "300", reqs("h", 2, same, 1)), enq("o2", "60000", reqs("w", 2, same, 1)), {desc: "sleep", sleep: 400 * time.Millisecond}, rel("o1", "h0")},
+		"weird json":         {enq("o1", "60000", `[{"id":"a","k":[["S",1]],"c":"","t":"","n":""}]`), enq("o1", "60000", `[{"id":"b","k":[["S",1]],"c":"x"}]`), rel("o1", "a"), enq("o1", "60000", `[{"id":"c","k":[["S",1e0]]}]`), enq("o1", "60000", `[{"id":"d","k":[["S",1]],"id":"e"}]`), rel("o1", "b")},
+		"del nested handoff": {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)), {desc: "DEL nested", raw: func(ns string) { c.Del(context.Background(), nsKeys(ns)[4]) }}, rel("o1", "h0")},
+		"del meta handoff":   {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)), {desc: "DEL meta", raw: func(ns string) { c.Del(context.Background(), nsKeys(ns)[5]) }}, rel("o1", "h0")},
+		"owner other":        {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 3, same, 1)), rel("o2", "h0"), rel("o1", "h0"), rel("o2", "w0")},
+	}
+	for name, ops := range scen {
+		t.Run(name, func(t *testing.T) {
+			s := uint64(time.Now().UnixNano())
+			f := &fz{t: t, c: c, lean: lean, gen: gen, a: fmt.Sprintf("scA%d", s), b: fmt.Sprintf("scB%d", s)}
+			ctx := context.Background()
+			f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
+			f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
+			f.subA.Receive(ctx)
+			f.subB.Receive(ctx)
+			f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
+			f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
+			c.HSet(ctx, nsKeys(f.a)[1], "S", "1 1 5000000000000000 0")
+			for i := range 100 {
+				c.HSet(ctx, nsKeys(f.a)[1], fmt.Sprintf("k%d", i), "1 1 5000000000000000 0")
+			}
+			drain(f.subA, "")
+			for _, op := range ops {
+				if !f.step(op) {
+					break
+				}
+			}
+			t.Logf("lean-written steps %d of %d", f.leanSteps, len(ops))
+			f.subA.Close()
+			f.subB.Close()
+			c.Del(ctx, nsKeys(f.a)...)
+			c.Del(ctx, nsKeys(f.b)...)
+		})
+	}
+}
