@@ -947,20 +947,20 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
-	var ids []string
+	// What Close releases, and what each Release called later is told.
 	type held struct {
+		id       string
 		deadline time.Time
 		epoch    string
 		stamp    uint64
 	}
-	kept := map[string]held{}
+	var kept []held
 	// The releases begun before Close of borrowers of its entries go
 	// first; the borrowers among them go first in Close's steps.
 	var borrowers []chan struct{}
 	for _, e := range s.entries {
 		if !e.pending { // an entry still in its Enqueue step is settled by it
-			ids = append(ids, e.id)
-			kept[e.id] = held{e.deadline, e.epoch, e.stamp}
+			kept = append(kept, held{e.id, e.deadline, e.epoch, e.stamp})
 			borrowers = s.borrowersOf(e.id, e.stamp, borrowers)
 		}
 		s.untrack(e)
@@ -979,17 +979,15 @@ func (s *Session) Close() error {
 	close(s.stop)
 	<-s.done
 	var errs []error
-	slices.SortFunc(ids, func(a, b string) int {
-		return newerFirst(kept[a].stamp, kept[b].stamp)
-	})
+	slices.SortFunc(kept, func(a, b held) int { return newerFirst(a.stamp, b.stamp) })
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
 	closeErrs := map[string]error{}
 	waited := awaitAll(ctx, borrowers)
-	for piece := range slices.Chunk(ids, releasePiece) {
+	for piece := range slices.Chunk(kept, releasePiece) {
 		items := make([]releaseItem, len(piece))
-		for i, id := range piece {
-			items[i] = releaseItem{id, kept[id].stamp}
+		for i, h := range piece {
+			items[i] = releaseItem{h.id, h.stamp}
 		}
 		var rs []releasedOne
 		err := waited
@@ -1003,13 +1001,15 @@ func (s *Session) Close() error {
 		if err != nil {
 			err = releaseTimedOut(err, "the Session's Close")
 			errs = append(errs, err)
-			for _, id := range piece {
-				closeErrs[id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", id, err)
+			for _, h := range piece {
+				closeErrs[h.id] = fmt.Errorf("entry %s: the Session's Close could not release it (it expires within its TTL): %w", h.id, err)
 			}
 			continue
 		}
-		for i, id := range piece {
-			closeErrs[id] = rs[i].outcome(id, kept[id].deadline, kept[id].epoch)
+		for i, h := range piece {
+			if err := rs[i].outcome(h.id, h.deadline, h.epoch); err != nil {
+				closeErrs[h.id] = err // a Release called later gets it; nil when absent
+			}
 		}
 	}
 	s.mu.Lock()
