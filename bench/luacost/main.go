@@ -436,6 +436,11 @@ func infoField(info, name string) string {
 	return "?"
 }
 
+// keep is the directory the callgrind dump of each counted run goes to,
+// when set: -keep DIR, then callgrind_annotate DIR/<scenario>.<tag>.callgrind
+// (by function with a redis-server built with symbols, -redis-server).
+var keep = flag.String("keep", "", "a directory to keep each scenario's callgrind dump in (for callgrind_annotate)")
+
 func (s *server) stop() {
 	s.c.Close()
 	s.cmd.Process.Kill()
@@ -484,6 +489,13 @@ func (s *server) count(ctx context.Context, prelude string, sc scenario, tag str
 	total, err := totalIr(dumps[len(dumps)-1])
 	if err != nil {
 		return 0, err
+	}
+	if *keep != "" {
+		// for callgrind_annotate: by function with a Redis built with symbols
+		name := strings.NewReplacer(" ", "-", ",", "", "+", "-").Replace(sc.name) + "." + tag + ".callgrind"
+		if err := os.Rename(dumps[len(dumps)-1], filepath.Join(*keep, name)); err != nil {
+			return 0, err
+		}
 	}
 	return float64(total) / float64(sc.ops), nil
 }
