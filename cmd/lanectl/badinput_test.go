@@ -71,6 +71,25 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestBadInputSaysWhat checks the words of a few errors of TestBadInput:
+// each names what the user typed, not an id or a detail of its own.
+func TestBadInputSaysWhat(t *testing.T) {
+	for _, tt := range []struct {
+		args      []string
+		want, not string
+	}{
+		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "k", "k", "--", "true"}, `lock names key "k" twice`, "entry"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "--ttl", "0", "k", "--", "true"}, "--ttl must be at least 30ms, got 0s", "positive"},
+		{[]string{"--redis", "redis://u:pw@127.0.0.1:6379/abc", "keys"}, "must be a database number, such as /0", "abc"},
+	} {
+		code, _, stderr := runInProcess(t, tt.args...)
+		if code != exitUsage || !strings.Contains(stderr, tt.want) || strings.Contains(stderr, tt.not) {
+			t.Errorf("lanectl %q = %d %q; want %d, %q and no %q", tt.args, code, stderr, exitUsage, tt.want, tt.not)
+		}
+		assertOneLine(t, stderr)
+	}
+}
+
 // TestCommandLineMistakeIsOneLine checks that a mistake cobra finds (an
 // unknown flag or command) prints one error line that points to --help.
 func TestCommandLineMistakeIsOneLine(t *testing.T) {

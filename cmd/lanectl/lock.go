@@ -156,6 +156,11 @@ func (o *lockOptions) complete(args []string, dash int) error {
 		return usageErrorf("lock needs a command after --")
 	}
 	o.keys, o.argv = slices.Clip(args[:dash]), args[dash:]
+	for i, k := range o.keys {
+		if slices.Contains(o.keys[:i], k) {
+			return usageErrorf("lock names key %q twice", k)
+		}
+	}
 	if err := o.fileKeys(); err != nil {
 		return err
 	}
@@ -166,8 +171,6 @@ func (o *lockOptions) complete(args []string, dash int) error {
 		return usageErrorf("--limit must be at least 1, got %d", o.limit)
 	case o.limit > lanes.MaxLimit:
 		return usageErrorf("--limit must be at most %d, got %d", lanes.MaxLimit, o.limit)
-	case o.ttl <= 0:
-		return usageErrorf("--ttl must be positive, got %v", o.ttl)
 	case o.ttl < minLockTTL:
 		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
 	case o.wait < 0:

@@ -385,6 +385,10 @@ func badURL(err error, raw, what string) error {
 		}
 	}
 	reason := safeReason(redactSecret(err.Error(), raw))
+	if reason == "invalid database number" {
+		// the path is not shown: it may be the rest of a password holding "/"
+		reason += " (the path after the host must be a database number, such as /0; shown as " + redacted + ", since it may hold part of a password)"
+	}
 	return usageErrorf("bad %s: %s%s", what, strings.TrimSuffix(strings.TrimSpace(reason), ":"), schemeHint(raw))
 }
 

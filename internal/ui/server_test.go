@@ -496,6 +496,14 @@ func TestForceReleaseRealRedis(t *testing.T) {
 	if code := do(t, req, &e); code != 403 || !strings.Contains(e.Error, "X-Lanes-UI") {
 		t.Errorf("POST /api/release without X-Lanes-UI = %d %q; want 403", code, e.Error)
 	}
+	// The header, but a body not sent as JSON (curl -d): the error says
+	// what is missing, not the header that was sent.
+	req, _ = http.NewRequest("POST", ts.URL+"/api/release", strings.NewReader(`{"namespace":"`+b.Namespace()+`","entry":"victim"}`))
+	req.Header.Set("X-Lanes-UI", "1")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if code := do(t, req, &e); code != 403 || !strings.Contains(e.Error, "Content-Type: application/json") || strings.Contains(e.Error, "X-Lanes-UI") {
+		t.Errorf("POST /api/release with X-Lanes-UI and a form body = %d %q; want 403 naming the Content-Type only", code, e.Error)
+	}
 	if code := post(t, ts, "/api/release", map[string]string{"namespace": b.Namespace(), "entry": "bad id"}, nil, &e); code != 400 || !strings.Contains(e.Error, "bad entry") {
 		t.Errorf("POST /api/release with a bad id = %d %q; want 400", code, e.Error)
 	}

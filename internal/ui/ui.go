@@ -328,8 +328,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 // a page of another origin cannot send without a preflight this server
 // never grants, and JSON.
 func fromPage(w http.ResponseWriter, r *http.Request) bool {
-	if r.Header.Get("X-Lanes-UI") != "1" || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
-		writeError(w, http.StatusForbidden, "send JSON with the header X-Lanes-UI: 1")
+	switch {
+	case r.Header.Get("X-Lanes-UI") != "1":
+		writeError(w, http.StatusForbidden, "send the header X-Lanes-UI: 1 (and a JSON body)")
+		return false
+	case !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json"):
+		writeError(w, http.StatusForbidden, "send the body as JSON, with the header Content-Type: application/json")
 		return false
 	}
 	return true
