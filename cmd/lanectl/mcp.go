@@ -72,6 +72,11 @@ fails, times out or is cut off is an isError result too, with "lanes/code"
 in its _meta. lanectl status shows each call being served: entry
 mcp-RUN/REQUEST-ID, its tool, and the MCP request id as its call id.
 
+On standard input each message is one line. A line that is not JSON gets
+a JSON-RPC error reply, code -32700 ("parse error: input line N is not
+JSON: ..."), one that is JSON but no JSON-RPC message -32600; serve goes
+on with the next line.
+
 serve runs until its standard input ends (stdio; the requests read before
 are answered first) or SIGINT or SIGTERM (the calls in flight are
 cancelled), then exits 0; it exits 65 when --tools cannot be used, 69 when

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -465,5 +467,104 @@ func TestMCPServeNamesLanectlVersion(t *testing.T) {
 	}
 	if got := mainVersion("", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}); got != "devel" {
 		t.Errorf("mainVersion(unstamped, devel) = %q; want devel", got)
+	}
+}
+
+// (Found by an outside trial.) One line on standard input that was not
+// JSON ended `lanectl mcp serve` with exit 70, the requests it had read
+// before unanswered. Each bad line now gets a JSON-RPC error (-32700 for
+// what is not JSON, -32600 for JSON that is no request), every request
+// before and after it its answer, and the proxy exits 0 when its input
+// ends. Standard input stays open until every answer arrived.
+func TestMCPServeStdioBadLineAnsweredAndServingGoesOn(t *testing.T) {
+	f := newMCPFixture(t)
+	tools := f.toolsFile(t, "[tools.hi]\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo hi\"]\n")
+	cmd := exec.Command(lanectlBin, "mcp", "serve", "--tools", tools, "--local")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	call := func(id int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"hi","arguments":{"n":%d}}}`, id, id)
+	}
+	lines := []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+		call(3), call(4), call(5),
+		`this is not json`, // line 7
+		call(6),
+		`{"id":7,"method":"ping"}`, // JSON, but no jsonrpc "2.0"
+		`{"jsonrpc":"2.0","id":8,"method":"ping"}   `,
+		call(9),
+	}
+	if _, err := io.WriteString(stdin, strings.Join(lines, "\n")+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	type reply struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	want := map[string]string{ // id: "result", or the error code
+		"1": "result", "2": "result", "3": "result", "4": "result", "5": "result",
+		"null": "-32700", "6": "result", "7": "-32600", "8": "result", "9": "result",
+	}
+	got := map[string]string{}
+	replies := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for len(got) < len(want) && sc.Scan() {
+			var r reply
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				replies <- fmt.Errorf("a reply that is not JSON: %q", sc.Text())
+				return
+			}
+			id := string(r.ID)
+			switch {
+			case r.Error != nil:
+				got[id] = fmt.Sprint(r.Error.Code)
+				if id == "null" && !strings.HasPrefix(r.Error.Message, "parse error: input line 7 is not JSON") {
+					replies <- fmt.Errorf("the parse error says %q; want it to name line 7", r.Error.Message)
+					return
+				}
+			case r.Result != nil:
+				if id != "1" && id != "2" && id != "8" && !strings.Contains(string(r.Result), "hi") {
+					replies <- fmt.Errorf("call %s answered %s; want the tool's hi", id, r.Result)
+					return
+				}
+				got[id] = "result"
+			}
+		}
+		replies <- sc.Err()
+	}()
+	select {
+	case err := <-replies:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("not every reply after %v; want %v; stderr: %s", waitFor, want, &stderr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("replies %v; want %v; stderr: %s", got, want, &stderr)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("lanectl mcp serve, its input ended: %v; want exit 0; stderr: %s", err, &stderr)
 	}
 }

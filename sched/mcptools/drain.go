@@ -133,10 +133,12 @@ type answerWatcher struct {
 	partial []byte
 }
 
+// Write is called by the SDK, one whole message each, and by the reader
+// of the input for its error replies: mu keeps their lines apart.
 func (a *answerWatcher) Write(p []byte) (int, error) {
-	n, err := a.w.Write(p)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	n, err := a.w.Write(p)
 	a.partial = append(a.partial, p[:n]...)
 	for {
 		i := bytes.IndexByte(a.partial, '\n')

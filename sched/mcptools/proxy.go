@@ -170,10 +170,13 @@ func (p *Proxy) Wait() {
 
 // ServeStdio serves one client on in and out, the standard input and
 // output of a proxy the client started, until the client closes in and
-// every request it sent before was answered, or until ctx ends.
+// every request it sent before was answered, or until ctx ends. A line of
+// in that is not a JSON-RPC message gets a JSON-RPC error reply (-32700
+// parse error, -32600 invalid request) and the session goes on.
 func (p *Proxy) ServeStdio(ctx context.Context, in io.ReadCloser, out io.WriteCloser) error {
 	flight := newInFlight()
-	t := &mcp.IOTransport{Reader: tagReader(in, flight, ctx.Done()), Writer: &answerWatcher{w: out, f: flight}}
+	w := &answerWatcher{w: out, f: flight}
+	t := &mcp.IOTransport{Reader: tagReader(in, flight, ctx.Done(), w), Writer: w}
 	return p.server.Run(ctx, t)
 }
 

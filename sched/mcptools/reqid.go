@@ -13,7 +13,8 @@ import (
 // the proxy reads each message before the SDK does and writes the id of a
 // tools/call request into its params' _meta, under metaRequestID, in
 // place of anything the client put there. A message it cannot read is
-// passed on untouched, for the SDK to answer.
+// passed on untouched, for the SDK to answer (over HTTP; on standard
+// input the proxy answers it, see badLine).
 
 // metaRequestID is the _meta key the proxy puts a tools/call's request id
 // under.
@@ -84,9 +85,11 @@ func tagOne(msg []byte) []byte {
 // tagReader returns r, newline-delimited JSON-RPC messages (the stdio
 // transport), with each message tagged. With flight, it notes the
 // requests read, and holds the end of r back until flight has none left
-// unanswered or done is closed (see inFlight).
-func tagReader(r io.ReadCloser, flight *inFlight, done <-chan struct{}) io.ReadCloser {
-	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r, flight: flight, done: done}
+// unanswered or done is closed (see inFlight). With reply, a line that is
+// not a JSON-RPC message is answered there with a JSON-RPC error and not
+// passed on (see badLine).
+func tagReader(r io.ReadCloser, flight *inFlight, done <-chan struct{}, reply io.Writer) io.ReadCloser {
+	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r, flight: flight, done: done, reply: reply}
 }
 
 type taggingReader struct {
@@ -94,11 +97,13 @@ type taggingReader struct {
 	c      io.Closer
 	flight *inFlight
 	done   <-chan struct{}
+	reply  io.Writer
 
-	line []byte // the message being read, up to maxTagged bytes
-	out  []byte // what Read gives next
-	long bool   // the message passed maxTagged: passed on untouched
-	err  error
+	lineNo int    // the lines read, counting the one being read
+	line   []byte // the message being read, up to maxTagged bytes
+	out    []byte // what Read gives next
+	long   bool   // the message passed maxTagged: passed on untouched
+	err    error
 }
 
 func (t *taggingReader) Read(p []byte) (int, error) {
@@ -129,17 +134,46 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 		case err != nil:
 			t.err = err
 		}
+		if len(t.line) > 0 || t.long {
+			t.lineNo++
+		}
 		if !t.long && len(t.line) > 0 {
-			t.out = append(t.out[:0], tagLine(t.line)...)
-			if t.flight != nil {
-				t.flight.sawInput(t.line)
-			}
+			t.pass(t.line)
 		}
 		t.line, t.long = t.line[:0], false
 	}
 	n := copy(p, t.out)
 	t.out = t.out[n:]
 	return n, nil
+}
+
+// pass puts line, one whole line read, in t.out for the SDK: tagged, or
+// with reply, nothing if it is blank or answered as a bad line.
+func (t *taggingReader) pass(line []byte) {
+	if t.reply == nil {
+		t.out = append(t.out[:0], tagLine(line)...)
+		if t.flight != nil {
+			t.flight.sawInput(line)
+		}
+		return
+	}
+	// The SDK reads a JSON value and wants a line break right after it: no
+	// trailing blanks. A blank line it skips.
+	body := bytes.TrimSpace(line)
+	if len(body) == 0 {
+		return
+	}
+	if answer := badLine(body, t.lineNo); answer != nil {
+		_, _ = t.reply.Write(answer) // a client gone: the session ends anyway
+		return
+	}
+	t.out = append(t.out[:0], tagRequestID(body)...)
+	if line[len(line)-1] == '\n' {
+		t.out = append(t.out, '\n')
+	}
+	if t.flight != nil {
+		t.flight.sawInput(body)
+	}
 }
 
 func (t *taggingReader) Close() error { return t.c.Close() }

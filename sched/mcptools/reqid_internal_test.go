@@ -66,7 +66,7 @@ func TestTaggingReader(t *testing.T) {
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}` + "\n" +
 		long + "\n" +
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"y"}}` // no final line break
-	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil))
+	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,4 +95,59 @@ func (r *slowReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), 7777)], r.s)
 	r.s = r.s[n:]
 	return n, nil
+}
+
+// With a reply writer, the stdio reader answers each line the SDK could
+// not read (which would end its session) with a JSON-RPC error, passes
+// nothing of it on, drops blank lines and trims the blanks around a
+// message (the SDK wants the line break right after it).
+func TestTaggingReaderAnswersBadLines(t *testing.T) {
+	in := `{"jsonrpc":"2.0","id":1,"method":"ping"}  ` + "\n" +
+		"\n" +
+		"this is not json\n" +
+		`{"id":"x","method":"ping"}` + "\n" +
+		"[]\n" +
+		`[{"jsonrpc":"2.0","id":2,"method":"ping"},{"id":3}]` + "\n" +
+		`[{"jsonrpc":"2.0","id":4,"method":"ping"}]` + "\r\n" +
+		`{"a":1} {"b":2}` + "\n" +
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"y"}}`
+	var replies strings.Builder
+	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil, &replies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	passed := strings.Split(string(out), "\n")
+	if len(passed) != 3 || passed[0] != `{"jsonrpc":"2.0","id":1,"method":"ping"}` ||
+		passed[1] != `[{"jsonrpc":"2.0","id":4,"method":"ping"}]` || metaID(t, []byte(passed[2])) != "5" {
+		t.Errorf("passed on %q; want lines 1, 7 and 9, trimmed, 9 tagged", out)
+	}
+	want := []struct {
+		id   string
+		code int
+		says string
+	}{
+		{"null", -32700, "parse error: input line 3 is not JSON: invalid character 'h'"},
+		{`"x"`, -32600, "invalid request: input line 4 is not a JSON-RPC 2.0 message"},
+		{"null", -32600, "invalid request: input line 5 is an empty batch"},
+		{"null", -32600, "invalid request: input line 6, message 2 of its batch"},
+		{"null", -32700, "parse error: input line 8 is not JSON"},
+	}
+	got := strings.Split(strings.TrimSuffix(replies.String(), "\n"), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("replies %q; want %d", got, len(want))
+	}
+	for i, w := range want {
+		var r struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(got[i]), &r); err != nil || r.JSONRPC != "2.0" || string(r.ID) != w.id ||
+			r.Error.Code != w.code || !strings.HasPrefix(r.Error.Message, w.says) {
+			t.Errorf("reply %d = %s; want id %s, code %d, %q", i+1, got[i], w.id, w.code, w.says)
+		}
+	}
 }
