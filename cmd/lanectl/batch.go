@@ -94,7 +94,12 @@ it again.
 never_dispatched, running ones are cancelled. SIGUSR1 pauses the batch:
 running calls finish, none starts, and the rest is written as a checkpoint
 (JSON) to --checkpoint FILE; batch --resume FILE goes on from it, with the
-same run id (--calls is not needed then).
+same run id (--calls is not needed then). SIGUSR1 is heard from lanectl's
+first milliseconds: one that comes before the first call starts pauses the
+batch before any call; one that comes when no call is left to start pauses
+nothing, and a line on stderr says so. Only in the first moments after
+exec (about a millisecond, longer under load) does SIGUSR1 kill lanectl
+(status 138) or go unheard: wait for the first line of --events to be sure.
 
 --reply prints, in place of the outcomes, the message that answers the
 response, in its own form, to append to the conversation: a JSON array
@@ -161,12 +166,19 @@ func (o *batchOptions) complete() error {
 	return nil
 }
 
-func (o *batchOptions) run(cmd *cobra.Command) error {
+func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 	ctx := cmd.Context()
-	// SIGUSR1 is heard from here on, also while the tools load and Redis
-	// answers: one that comes before the run pauses it before any call.
-	pause, stopPause := pauseOnSIGUSR1()
-	defer stopPause()
+	// SIGUSR1 is heard from lanectl's start (pausesignal), also while the
+	// tools load and Redis answers: one that came before the run pauses it
+	// before any call. One that came when no call was left to start, up to
+	// the outcomes' printing, pauses nothing: stderr says so.
+	pause, pauseAsked := pauseOnSIGUSR1(pauseSignals)
+	paused := false // the run made a checkpoint
+	defer func() {
+		if pauseAsked() && !paused && err == nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), nothingToPause)
+		}
+	}()
 	defer stopWithTools()()
 	// A batch started by a tool or a lock command runs nested under it
 	// (DESIGN.md invariant 10): its calls re-enter the lanes their parent
@@ -265,6 +277,7 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 		return o.global.unavailable(runErr)
 	}
 	if res.Checkpoint != nil {
+		paused = true
 		if o.checkpoint == "" {
 			how := "nothing can run its rest (no --run-id either)"
 			if o.runID != "" {
@@ -294,6 +307,10 @@ func (o *batchOptions) run(cmd *cobra.Command) error {
 	}
 	return nil
 }
+
+// nothingToPause is batch's line on stderr for a SIGUSR1 that came when no
+// call was left to start: every call had started or settled.
+const nothingToPause = "lanectl: SIGUSR1 came when no call was left to start: nothing to pause; the batch ran to its end and wrote no checkpoint"
 
 // stopWithTools makes Ctrl-Z (SIGTSTP) stop the batch's tool commands with
 // lanectl: they run in process groups of their own, which a terminal's

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
+	"github.com/lanes-dev/lanes/cmd/lanectl/internal/pausesignal"
 	"github.com/lanes-dev/lanes/sched"
 )
 
@@ -17,33 +16,40 @@ import (
 // response and their outcomes.
 const maxCheckpoint = 256 << 20
 
-// pauseOnSIGUSR1 returns a channel that closes when lanectl receives
-// SIGUSR1 (sched.Options.Pause), and the function that stops listening.
-// Later SIGUSR1s are ignored until then.
-func pauseOnSIGUSR1() (<-chan struct{}, func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGUSR1)
+// pauseSignals is where the SIGUSR1s lanectl receives arrive:
+// pausesignal's channel, on which they wait from the start of the process.
+var pauseSignals = pausesignal.C()
+
+// pauseOnSIGUSR1 returns a channel that closes at the first SIGUSR1 that
+// sigs brings (sched.Options.Pause): one that came since lanectl started,
+// before this call too, or one that comes later. The returned function
+// stops listening and reports whether a SIGUSR1 came, up to that call; it
+// reads what waits on sigs, so that none is left over. Call it once.
+func pauseOnSIGUSR1(sigs <-chan os.Signal) (<-chan struct{}, func() bool) {
 	pause, quit, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		select {
-		case <-sig:
+		case <-sigs:
 			close(pause)
 		case <-quit:
-			return
-		}
-		for {
-			select {
-			case <-sig:
-			case <-quit:
-				return
-			}
 		}
 	}()
-	return pause, func() {
-		signal.Stop(sig)
+	return pause, func() bool {
 		close(quit)
 		<-done
+		asked := false
+		select {
+		case <-pause:
+			asked = true
+		default:
+		}
+		select { // a later SIGUSR1, or one the goroutine had no time for
+		case <-sigs:
+			asked = true
+		default:
+		}
+		return asked
 	}
 }
 

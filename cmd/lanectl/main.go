@@ -7,6 +7,9 @@ import (
 	"os"
 )
 
+// SIGUSR1 (which pauses a batch) is registered before main runs, by the
+// init of internal/pausesignal, imported by checkpoint.go: Go drops a
+// SIGUSR1 that comes before a signal.Notify of it.
 func main() {
 	quietRedisLogs()
 	ctx, relay := notifySignals(context.Background())
