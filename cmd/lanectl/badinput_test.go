@@ -49,6 +49,7 @@ func TestBadInput(t *testing.T) {
 		{"command not found", nil, []string{"lock", "k", "--", "lanectl-test-no-such-command"}, exitCommandNotFound},
 		{"command not executable", nil, []string{"lock", "k", "--", notExec}, exitCannotRun},
 		{"dev-server bad addr", nil, []string{"dev-server", "--addr", "nowhere"}, exitUsage},
+		{"batch --local --no-lanes", nil, []string{"batch", "--tools", "t.toml", "--calls", "c.json", "--local", "--no-lanes"}, exitUsage},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

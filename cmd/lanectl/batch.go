@@ -53,7 +53,7 @@ type batchOptions struct {
 
 func newBatchCommand(o *batchOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "batch --tools FILE (--calls FILE | --resume FILE) [--tenant T] [--run-id ID] [--ttl D] [--deadline D] [--checkpoint FILE] [--local] [--events] [--reply] [--json]",
+		Use:   "batch --tools FILE (--calls FILE | --resume FILE) [--tenant T] [--run-id ID] [--ttl D] [--deadline D] [--checkpoint FILE] [--local] [--no-lanes] [--events] [--reply] [--json]",
 		Short: "Run the tool calls of one model response through the scheduler",
 		Long: `batch runs the tool calls of one model response (--calls: Anthropic Messages,
 OpenAI Chat Completions or OpenAI Responses JSON; - for standard input)
@@ -153,6 +153,8 @@ func (o *batchOptions) complete() error {
 		return usageErrorf("--deadline must not be negative, got %v", o.deadline)
 	case o.noLanes && o.resume != "":
 		return usageErrorf("--no-lanes runs a batch without lanes; it cannot resume one")
+	case o.noLanes && o.local:
+		return usageErrorf("give --local (the lanes in this process) or --no-lanes (no lanes at all), not both")
 	}
 	if err := o.completeReply(); err != nil {
 		return err
