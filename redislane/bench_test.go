@@ -101,9 +101,8 @@ func commandStat(b *testing.B, c *redis.Client, field string, count func(name st
 // include their commands. script-µs/op is the time Redis spent in the two
 // scripts (INFO commandstats), issue 12's "script time".
 func BenchmarkAcquireRelease(b *testing.B) {
-	s, rt, c := benchSession(b)
-	admin := redis.NewClient(c.Options())
-	defer admin.Close()
+	s, rt, _ := benchSession(b)
+	admin := realClient(b) // its own client: a copy of c's Options sets up RESP3 notifications twice (go-redis logs it)
 	ctx := context.Background()
 	r := lanes.Request{Lanes: []lanes.Lane{{Key: "bench", Limit: 1}}}
 	warm := func() {
@@ -174,9 +173,7 @@ func BenchmarkEnqueueBatch10(b *testing.B) {
 // namespace, and a client of its own for INFO (serverCalls, scriptTime).
 func benchBackend(b *testing.B) (*redislane.Backend, *redis.Client) {
 	c := realClient(b)
-	admin := redis.NewClient(c.Options())
-	b.Cleanup(func() { admin.Close() })
-	return newBackend(b, c), admin
+	return newBackend(b, c), realClient(b) // not a copy of c's Options: go-redis would set up RESP3 notifications twice, and log it
 }
 
 // BenchmarkReleaseWaiters10k is the work of Session.Close with 10,000
@@ -329,8 +326,7 @@ func BenchmarkReleaseHandoff(b *testing.B) {
 func BenchmarkSessionClose10k(b *testing.B) {
 	ctx := context.Background()
 	c := realClient(b)
-	admin := redis.NewClient(c.Options())
-	defer admin.Close()
+	admin := realClient(b) // its own client: a copy of c's Options sets up RESP3 notifications twice (go-redis logs it)
 	be := newBackend(b, c)
 	holder, err := lanes.NewSession(ctx, be)
 	if err != nil {

@@ -344,6 +344,14 @@ finish()`},
 		Pkgs: []string{"./redislane", "./integration"}, Run: "TestLean|TestStateKeyDeletedRealRedis",
 	},
 	{
+		Name: "lean/handoff-unconfirmed",
+		What: "a lean hand-off reads no marker of queue, nested and meta (as in ba9c7be): a waiter is granted from a state that lost nested or meta, where the general path resets (invariant 13)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if FROZEN > NOW or not lean_confirm() then return nil end`, New: `      if FROZEN > NOW then return nil end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanHandoffAfter",
+	},
+	{
 		Name: "lean/dead-waiter-granted",
 		What: "a lean hand-off grants the queue member at the head without checking that its entry lives (a member whose entry has no deadline: a key granted to nobody alive)",
 		Edits: []Edit{
