@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -15,13 +17,20 @@ import (
 // such a line itself with a JSON-RPC error, as a JSON-RPC server should
 // (-32700 for what is not JSON, -32600 for what is no message), and
 // goes on with the next line. A stdio message is one line (MCP: messages
-// MUST NOT contain embedded newlines). A line longer than maxTagged is
-// passed on unread: one of those the SDK cannot read still ends the
-// session.
+// MUST NOT contain embedded newlines); a line longer than maxTagged is
+// answered too (taggingReader).
+//
+// A batch is refused whatever it holds: the SDK ends the session at one
+// sent once protocol 2025-06-18 (which dropped JSON-RPC batching) or later
+// is agreed, which the input alone does not show, and at batches its
+// checks of a message alone do not catch (an id twice, nesting one level
+// deeper than a message's). A request's id must be a string or an
+// integer in plain form within int64: the SDK answers 1.5, -0 or 1e20
+// under another id, which the drain (inFlight) would wait for forever.
 
 // badLine returns the error reply, with its line break, for body, the
-// trimmed line lineNo of the input, if the SDK could not read it as a
-// JSON-RPC message or batch; nil if it can.
+// trimmed line lineNo of the input, if the proxy does not pass it on to
+// the SDK; nil if it does.
 func badLine(body []byte, lineNo int) []byte {
 	if !json.Valid(body) {
 		var v json.RawMessage
@@ -29,23 +38,32 @@ func badLine(body []byte, lineNo int) []byte {
 		return errorReply(nil, jsonrpc.CodeParseError, fmt.Sprintf("parse error: input line %d is not JSON: %v", lineNo, err))
 	}
 	if body[0] == '[' {
-		var batch []json.RawMessage
-		_ = json.Unmarshal(body, &batch) // valid JSON starting with [: an array
-		if len(batch) == 0 {
-			return errorReply(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is an empty batch", lineNo))
-		}
-		for i, m := range batch {
-			if _, err := jsonrpc.DecodeMessage(m); err != nil {
-				return errorReply(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d, message %d of its batch: %v", lineNo, i+1, err))
-			}
-		}
-		return nil
+		return errorReply(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is a batch; this server takes one message a line (MCP 2025-06-18 dropped JSON-RPC batching)", lineNo))
 	}
-	if _, err := jsonrpc.DecodeMessage(body); err != nil {
+	msg, err := jsonrpc.DecodeMessage(body)
+	if err != nil {
 		return errorReply(requestID(body), jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is not a JSON-RPC 2.0 message: %v", lineNo, err))
+	}
+	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+		if id := requestID(body); id != nil && id[0] != '"' && !plainInt(id) {
+			return errorReply(id, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d: the id %s is not a string or a whole number within 64 bits", lineNo, id))
+		}
 	}
 	return nil
 }
+
+// plainInt reports whether id, a JSON number, is one the SDK answers
+// under the same text: an integer without fraction, exponent or -0,
+// within int64.
+func plainInt(id []byte) bool {
+	if !intForm.Match(id) {
+		return false
+	}
+	_, err := strconv.ParseInt(string(id), 10, 64)
+	return err == nil
+}
+
+var intForm = regexp.MustCompile(`^(0|-?[1-9][0-9]*)$`)
 
 // requestID returns the id of msg, a JSON object, if it is one a reply
 // can carry (a string or a number); nil, JSON null, else.

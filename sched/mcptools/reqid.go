@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // The SDK does not hand a tool handler the JSON-RPC id of its request, and
@@ -86,8 +89,8 @@ func tagOne(msg []byte) []byte {
 // transport), with each message tagged. With flight, it notes the
 // requests read, and holds the end of r back until flight has none left
 // unanswered or done is closed (see inFlight). With reply, a line that is
-// not a JSON-RPC message is answered there with a JSON-RPC error and not
-// passed on (see badLine).
+// not a JSON-RPC message the SDK takes (see badLine), or is longer than
+// maxTagged, is answered there with a JSON-RPC error and not passed on.
 func tagReader(r io.ReadCloser, flight *inFlight, done <-chan struct{}, reply io.Writer) io.ReadCloser {
 	return &taggingReader{r: bufio.NewReaderSize(r, 64<<10), c: r, flight: flight, done: done, reply: reply}
 }
@@ -99,10 +102,11 @@ type taggingReader struct {
 	done   <-chan struct{}
 	reply  io.Writer
 
-	lineNo int    // the lines read, counting the one being read
-	line   []byte // the message being read, up to maxTagged bytes
-	out    []byte // what Read gives next
-	long   bool   // the message passed maxTagged: passed on untouched
+	lineNo int             // the lines read, counting the one being read
+	line   []byte          // the message being read, up to maxTagged bytes
+	out    []byte          // what Read gives next
+	long   bool            // the message passed maxTagged: passed on untouched (answered, with reply)
+	longID json.RawMessage // the id such a message gives before maxTagged, or nil
 	err    error
 }
 
@@ -121,9 +125,15 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 		chunk, err := t.r.ReadSlice('\n')
 		switch {
 		case t.long:
-			t.out = append(t.out[:0], chunk...)
+			if t.reply == nil {
+				t.out = append(t.out[:0], chunk...)
+			}
 		case len(t.line)+len(chunk) > maxTagged:
-			t.out = append(append(t.out[:0], t.line...), chunk...)
+			if t.reply == nil {
+				t.out = append(append(t.out[:0], t.line...), chunk...)
+			} else {
+				t.longID = prefixID(append(t.line, chunk...))
+			}
 			t.line, t.long = t.line[:0], true
 		default:
 			t.line = append(t.line, chunk...)
@@ -137,7 +147,12 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 		if len(t.line) > 0 || t.long {
 			t.lineNo++
 		}
-		if !t.long && len(t.line) > 0 {
+		switch {
+		case t.long && t.reply != nil:
+			// answered, not passed on: the SDK would end the session at
+			// one it cannot read, and the drain could not see its id
+			_, _ = t.reply.Write(errorReply(t.longID, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is longer than %d MiB, the most this server reads in a line", t.lineNo, maxTagged>>20)))
+		case !t.long && len(t.line) > 0:
 			t.pass(t.line)
 		}
 		t.line, t.long = t.line[:0], false
@@ -215,4 +230,31 @@ func tagHTTP(h http.Handler) http.Handler {
 type readCloser struct {
 	io.Reader
 	io.Closer
+}
+
+// prefixID returns the id of the JSON-RPC message that msg, its first
+// bytes, begins, if a member "id" of the top-level object comes whole
+// within them and is a string or a plain integer; nil otherwise.
+func prefixID(msg []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(msg))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil // cut off within a value before the id
+		}
+		if key == "id" {
+			if len(v) > 0 && (v[0] == '"' || plainInt(v)) {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
 }

@@ -97,10 +97,12 @@ func (r *slowReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// With a reply writer, the stdio reader answers each line the SDK could
-// not read (which would end its session) with a JSON-RPC error, passes
-// nothing of it on, drops blank lines and trims the blanks around a
-// message (the SDK wants the line break right after it).
+// With a reply writer, the stdio reader answers each line it does not
+// pass on to the SDK (one the SDK would end its session at, a batch, an
+// id the SDK would answer under another, a line over maxTagged) with a
+// JSON-RPC error, passes nothing of it on, drops blank lines and trims
+// the blanks around a message (the SDK wants the line break right after
+// it).
 func TestTaggingReaderAnswersBadLines(t *testing.T) {
 	in := `{"jsonrpc":"2.0","id":1,"method":"ping"}  ` + "\n" +
 		"\n" +
@@ -110,17 +112,26 @@ func TestTaggingReaderAnswersBadLines(t *testing.T) {
 		`[{"jsonrpc":"2.0","id":2,"method":"ping"},{"id":3}]` + "\n" +
 		`[{"jsonrpc":"2.0","id":4,"method":"ping"}]` + "\r\n" +
 		`{"a":1} {"b":2}` + "\n" +
-		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"y"}}`
+		`{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"y"}}` + "\n" +
+		`{"jsonrpc":"2.0","id":1.5,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":-0,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":1e20,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":6,"method":"ping","params":{"pad":"` + strings.Repeat("x", maxTagged) + `"}}   ` + "\n" +
+		`{"jsonrpc":"2.0","id":"7","method":"ping"}`
 	var replies strings.Builder
 	out, err := io.ReadAll(tagReader(io.NopCloser(&slowReader{s: in}), nil, nil, &replies))
 	if err != nil {
 		t.Fatal(err)
 	}
 	passed := strings.Split(string(out), "\n")
-	if len(passed) != 3 || passed[0] != `{"jsonrpc":"2.0","id":1,"method":"ping"}` ||
-		passed[1] != `[{"jsonrpc":"2.0","id":4,"method":"ping"}]` || metaID(t, []byte(passed[2])) != "5" {
-		t.Errorf("passed on %q; want lines 1, 7 and 9, trimmed, 9 tagged", out)
+	if len(passed) != 4 || passed[0] != `{"jsonrpc":"2.0","id":1,"method":"ping"}` ||
+		metaID(t, []byte(passed[1])) != "5" || passed[2] != `{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}` ||
+		passed[3] != `{"jsonrpc":"2.0","id":"7","method":"ping"}` {
+		t.Errorf("passed on %.300q; want lines 1, 9 (tagged), 14 and 16, trimmed", out)
 	}
+	batch := "a batch; this server takes one message a line"
 	want := []struct {
 		id   string
 		code int
@@ -128,9 +139,15 @@ func TestTaggingReaderAnswersBadLines(t *testing.T) {
 	}{
 		{"null", -32700, "parse error: input line 3 is not JSON: invalid character 'h'"},
 		{`"x"`, -32600, "invalid request: input line 4 is not a JSON-RPC 2.0 message"},
-		{"null", -32600, "invalid request: input line 5 is an empty batch"},
-		{"null", -32600, "invalid request: input line 6, message 2 of its batch"},
+		{"null", -32600, "invalid request: input line 5 is " + batch},
+		{"null", -32600, "invalid request: input line 6 is " + batch},
+		{"null", -32600, "invalid request: input line 7 is " + batch},
 		{"null", -32700, "parse error: input line 8 is not JSON"},
+		{"1.5", -32600, "invalid request: input line 10: the id 1.5 is not"},
+		{"-0", -32600, "invalid request: input line 11: the id -0 is not"},
+		{"1e20", -32600, "invalid request: input line 12: the id 1e20 is not"},
+		{"9223372036854775808", -32600, "invalid request: input line 13: the id"},
+		{"6", -32600, "invalid request: input line 15 is longer than 4 MiB"},
 	}
 	got := strings.Split(strings.TrimSuffix(replies.String(), "\n"), "\n")
 	if len(got) != len(want) {
