@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 )
 
 // A reviewer's cases: more damage before lean steps than the fuzzer makes (markers
@@ -63,27 +62,6 @@ func TestLeanDamageScenariosRealRedis(t *testing.T) {
 		"holder listed twice":       {hold, wait, setRec("S", func(v string) string { return v + " h" }), rel("o1", "h")},
 	}
 	for name, ops := range scen {
-		t.Run(name, func(t *testing.T) {
-			s := uint64(time.Now().UnixNano())
-			f := &fz{t: t, c: c, lean: lean, gen: gen, a: fmt.Sprintf("rvA%d", s), b: fmt.Sprintf("rvB%d", s)}
-			f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
-			f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
-			f.subA.Receive(ctx)
-			f.subB.Receive(ctx)
-			f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
-			f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
-			c.HSet(ctx, nsKeys(f.a)[1], "S", "1 1 5000000000000000 0")
-			drain(f.subA, "")
-			for _, op := range ops {
-				if !f.step(op) {
-					break
-				}
-			}
-			t.Logf("lean-written steps %d of %d", f.leanSteps, len(ops))
-			f.subA.Close()
-			f.subB.Close()
-			c.Del(ctx, nsKeys(f.a)...)
-			c.Del(ctx, nsKeys(f.b)...)
-		})
+		t.Run(name, func(t *testing.T) { runScenario(t, c, lean, gen, ops, nil) })
 	}
 }

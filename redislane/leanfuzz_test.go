@@ -589,30 +589,41 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 	}
 	for name, ops := range scen {
 		t.Run(name, func(t *testing.T) {
-			s := uint64(time.Now().UnixNano())
-			f := &fz{t: t, c: c, lean: lean, gen: gen, a: fmt.Sprintf("scA%d", s), b: fmt.Sprintf("scB%d", s)}
-			ctx := context.Background()
-			f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
-			f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
-			f.subA.Receive(ctx)
-			f.subB.Receive(ctx)
-			f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
-			f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
-			c.HSet(ctx, nsKeys(f.a)[1], "S", "1 1 5000000000000000 0")
-			for i := range 100 {
-				c.HSet(ctx, nsKeys(f.a)[1], fmt.Sprintf("k%d", i), "1 1 5000000000000000 0")
-			}
-			drain(f.subA, "")
-			for _, op := range ops {
-				if !f.step(op) {
-					break
+			runScenario(t, c, lean, gen, ops, func(ns string) {
+				for i := range 100 {
+					c.HSet(context.Background(), nsKeys(ns)[1], fmt.Sprintf("k%d", i), "1 1 5000000000000000 0")
 				}
-			}
-			t.Logf("lean-written steps %d of %d", f.leanSteps, len(ops))
-			f.subA.Close()
-			f.subB.Close()
-			c.Del(ctx, nsKeys(f.a)...)
-			c.Del(ctx, nsKeys(f.b)...)
+			})
 		})
 	}
+}
+
+// runScenario runs ops on a fresh namespace, warmed (its steps may be
+// lean) with the tokens of key S far above the clock's, and more(ns) when
+// given, comparing each step of the two libraries (fz.step).
+func runScenario(t *testing.T, c *redis.Client, lean, gen string, ops []fop, more func(ns string)) {
+	s := uint64(time.Now().UnixNano())
+	f := &fz{t: t, c: c, lean: lean, gen: gen, a: fmt.Sprintf("scA%d", s), b: fmt.Sprintf("scB%d", s)}
+	ctx := context.Background()
+	f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
+	f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
+	f.subA.Receive(ctx)
+	f.subB.Receive(ctx)
+	f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
+	f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
+	c.HSet(ctx, nsKeys(f.a)[1], "S", "1 1 5000000000000000 0")
+	if more != nil {
+		more(f.a)
+	}
+	drain(f.subA, "")
+	for _, op := range ops {
+		if !f.step(op) {
+			break
+		}
+	}
+	t.Logf("lean-written steps %d of %d", f.leanSteps, len(ops))
+	f.subA.Close()
+	f.subB.Close()
+	c.Del(ctx, nsKeys(f.a)...)
+	c.Del(ctx, nsKeys(f.b)...)
 }

@@ -37,21 +37,7 @@ func rv2Serve(t *testing.T, tools string, steps []rv2Step, limit time.Duration) 
 
 func rv2ServeVersion(t *testing.T, tools, version string, steps []rv2Step, limit time.Duration) rv2Result {
 	t.Helper()
-	cmd := exec.Command(lanectlBin, "mcp", "serve", "--tools", tools, "--local")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdin, stdout, stderr := startServeLocal(t, tools)
 	var mu sync.Mutex
 	replies := map[string]json.RawMessage{}
 	seen := make(chan struct{}, 100)

@@ -479,21 +479,7 @@ func TestMCPServeNamesLanectlVersion(t *testing.T) {
 func TestMCPServeStdioBadLineAnsweredAndServingGoesOn(t *testing.T) {
 	f := newMCPFixture(t)
 	tools := f.toolsFile(t, "[tools.hi]\ncommand = [\"sh\", \"-c\", \"cat >/dev/null; echo hi\"]\n")
-	cmd := exec.Command(lanectlBin, "mcp", "serve", "--tools", tools, "--local")
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, stdin, stdout, stderr := startServeLocal(t, tools)
 	call := func(id int) string {
 		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"hi","arguments":{"n":%d}}}`, id, id)
 	}
@@ -558,13 +544,36 @@ func TestMCPServeStdioBadLineAnsweredAndServingGoesOn(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(waitFor):
-		t.Fatalf("not every reply after %v; want %v; stderr: %s", waitFor, want, &stderr)
+		t.Fatalf("not every reply after %v; want %v; stderr: %s", waitFor, want, stderr)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("replies %v; want %v; stderr: %s", got, want, &stderr)
+		t.Errorf("replies %v; want %v; stderr: %s", got, want, stderr)
 	}
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
-		t.Errorf("lanectl mcp serve, its input ended: %v; want exit 0; stderr: %s", err, &stderr)
+		t.Errorf("lanectl mcp serve, its input ended: %v; want exit 0; stderr: %s", err, stderr)
 	}
+}
+
+// startServeLocal starts the built `lanectl mcp serve --tools tools
+// --local` with pipes to its standard input and output; it is killed when
+// t ends.
+func startServeLocal(t *testing.T, tools string) (*exec.Cmd, io.WriteCloser, io.ReadCloser, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(lanectlBin, "mcp", "serve", "--tools", tools, "--local")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stdin, stdout, stderr
 }
