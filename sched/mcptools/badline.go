@@ -25,8 +25,9 @@ import (
 // is agreed, which the input alone does not show, and at batches its
 // checks of a message alone do not catch (an id twice, nesting one level
 // deeper than a message's). A request's id must be a string or an
-// integer in plain form within int64: the SDK answers 1.5, -0 or 1e20
-// under another id, which the drain (inFlight) would wait for forever.
+// integer in plain form of at most 2^53 either way: the SDK answers 1.5,
+// -0, 1e20 or 2^53+1 under another id, which the drain (inFlight) would
+// wait for forever.
 
 // badLine returns the error reply, with its line break, for body, the
 // trimmed line lineNo of the input, if the proxy does not pass it on to
@@ -46,21 +47,21 @@ func badLine(body []byte, lineNo int) []byte {
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
 		if id := requestID(body); id != nil && id[0] != '"' && !plainInt(id) {
-			return errorReply(id, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d: the id %s is not a string or a whole number within 64 bits", lineNo, id))
+			return errorReply(id, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d: the id %s is not a string or a whole number of at most 2^53 either way", lineNo, id))
 		}
 	}
 	return nil
 }
 
 // plainInt reports whether id, a JSON number, is one the SDK answers
-// under the same text: an integer without fraction, exponent or -0,
-// within int64.
+// under the same text: an integer without fraction, exponent or -0, of at
+// most 2^53 either way (the SDK holds a number id as a float64).
 func plainInt(id []byte) bool {
 	if !intForm.Match(id) {
 		return false
 	}
-	_, err := strconv.ParseInt(string(id), 10, 64)
-	return err == nil
+	n, err := strconv.ParseInt(string(id), 10, 64)
+	return err == nil && n >= -1<<53 && n <= 1<<53
 }
 
 var intForm = regexp.MustCompile(`^(0|-?[1-9][0-9]*)$`)
@@ -68,10 +69,8 @@ var intForm = regexp.MustCompile(`^(0|-?[1-9][0-9]*)$`)
 // requestID returns the id of msg, a JSON object, if it is one a reply
 // can carry (a string or a number); nil, JSON null, else.
 func requestID(msg []byte) json.RawMessage {
-	var m struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(msg, &m) != nil {
+	m, ok := decodeMessage(msg) // "id" exactly, as the SDK reads it
+	if !ok {
 		return nil
 	}
 	var v any

@@ -59,11 +59,31 @@ func (f *inFlight) idleCh() <-chan struct{} {
 
 // message is what the drain reads of a JSON-RPC message.
 type message struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
+	ID     json.RawMessage
+	Method string
 	Params struct {
-		RequestID json.RawMessage `json:"requestId"`
-	} `json:"params"`
+		RequestID json.RawMessage
+	}
+}
+
+// decodeMessage reads raw, one JSON object, as the SDK does: by member
+// names of exactly this case ("id", never "ID", which encoding/json would
+// take too; the SDK's decoder does not), the last of a name given twice.
+func decodeMessage(raw []byte) (message, bool) {
+	var m message
+	members := map[string]json.RawMessage{}
+	if json.Unmarshal(raw, &members) != nil {
+		return m, false
+	}
+	m.ID = members["id"]
+	if raw, ok := members["method"]; ok && json.Unmarshal(raw, &m.Method) != nil {
+		m.Method = ""
+	}
+	params := map[string]json.RawMessage{}
+	if raw, ok := members["params"]; ok && json.Unmarshal(raw, &params) == nil {
+		m.Params.RequestID = params["requestId"]
+	}
+	return m, true
 }
 
 // canonicalID is id as one spelling: 1 and 1.0, "a" and "\u0061" alike.
@@ -112,14 +132,20 @@ func decodeMessages(msg []byte) []message {
 		return nil
 	}
 	if msg[0] == '[' {
-		var batch []message
-		if json.Unmarshal(msg, &batch) != nil {
+		var raws []json.RawMessage
+		if json.Unmarshal(msg, &raws) != nil {
 			return nil
+		}
+		var batch []message
+		for _, raw := range raws {
+			if m, ok := decodeMessage(raw); ok {
+				batch = append(batch, m)
+			}
 		}
 		return batch
 	}
-	var m message
-	if json.Unmarshal(msg, &m) != nil {
+	m, ok := decodeMessage(msg)
+	if !ok {
 		return nil
 	}
 	return []message{m}

@@ -42,13 +42,26 @@ func tagRequestID(msg []byte) []byte {
 		for i, m := range batch {
 			batch[i] = tagOne(m)
 		}
-		out, err := json.Marshal(batch)
+		out, err := marshal(batch)
 		if err != nil {
 			return msg
 		}
 		return out
 	}
 	return tagOne(msg)
+}
+
+// marshal is json.Marshal without its escapes of <, > and &, which make a
+// message of them six times as long (past the SDK's limit on a line): what
+// the client wrote, the proxy passes on as written.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // tagOne tags one message, a JSON object.
@@ -72,13 +85,13 @@ func tagOne(msg []byte) []byte {
 	}
 	meta[metaRequestID] = id
 	var err error
-	if params["_meta"], err = json.Marshal(meta); err != nil {
+	if params["_meta"], err = marshal(meta); err != nil {
 		return msg
 	}
-	if m["params"], err = json.Marshal(params); err != nil {
+	if m["params"], err = marshal(params); err != nil {
 		return msg
 	}
-	out, err := json.Marshal(m)
+	out, err := marshal(m)
 	if err != nil {
 		return msg
 	}
@@ -128,7 +141,7 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 			if t.reply == nil {
 				t.out = append(t.out[:0], chunk...)
 			}
-		case len(t.line)+len(chunk) > maxTagged:
+		case len(t.line)+len(chunk) > maxTagged+len("\r\n"): // the line break may follow
 			if t.reply == nil {
 				t.out = append(append(t.out[:0], t.line...), chunk...)
 			} else {
@@ -146,6 +159,9 @@ func (t *taggingReader) Read(p []byte) (int, error) {
 		}
 		if len(t.line) > 0 || t.long {
 			t.lineNo++
+		}
+		if !t.long && t.reply != nil && len(bytes.TrimRight(t.line, "\r\n")) > maxTagged {
+			t.longID, t.long = prefixID(t.line), true // over by its last byte or two
 		}
 		switch {
 		case t.long && t.reply != nil:

@@ -116,8 +116,8 @@ func TestTaggingReaderAnswersBadLines(t *testing.T) {
 		`{"jsonrpc":"2.0","id":1.5,"method":"ping"}` + "\n" +
 		`{"jsonrpc":"2.0","id":-0,"method":"ping"}` + "\n" +
 		`{"jsonrpc":"2.0","id":1e20,"method":"ping"}` + "\n" +
-		`{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}` + "\n" +
-		`{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":9007199254740993,"method":"ping"}` + "\n" +
+		`{"jsonrpc":"2.0","id":-9007199254740992,"method":"ping"}` + "\n" +
 		`{"jsonrpc":"2.0","id":6,"method":"ping","params":{"pad":"` + strings.Repeat("x", maxTagged) + `"}}   ` + "\n" +
 		`{"jsonrpc":"2.0","id":"7","method":"ping"}`
 	var replies strings.Builder
@@ -127,7 +127,7 @@ func TestTaggingReaderAnswersBadLines(t *testing.T) {
 	}
 	passed := strings.Split(string(out), "\n")
 	if len(passed) != 4 || passed[0] != `{"jsonrpc":"2.0","id":1,"method":"ping"}` ||
-		metaID(t, []byte(passed[1])) != "5" || passed[2] != `{"jsonrpc":"2.0","id":-9223372036854775808,"method":"ping"}` ||
+		metaID(t, []byte(passed[1])) != "5" || passed[2] != `{"jsonrpc":"2.0","id":-9007199254740992,"method":"ping"}` ||
 		passed[3] != `{"jsonrpc":"2.0","id":"7","method":"ping"}` {
 		t.Errorf("passed on %.300q; want lines 1, 9 (tagged), 14 and 16, trimmed", out)
 	}
@@ -146,7 +146,7 @@ func TestTaggingReaderAnswersBadLines(t *testing.T) {
 		{"1.5", -32600, "invalid request: input line 10: the id 1.5 is not"},
 		{"-0", -32600, "invalid request: input line 11: the id -0 is not"},
 		{"1e20", -32600, "invalid request: input line 12: the id 1e20 is not"},
-		{"9223372036854775808", -32600, "invalid request: input line 13: the id"},
+		{"9007199254740993", -32600, "invalid request: input line 13: the id"},
 		{"6", -32600, "invalid request: input line 15 is longer than 4 MiB"},
 	}
 	got := strings.Split(strings.TrimSuffix(replies.String(), "\n"), "\n")
