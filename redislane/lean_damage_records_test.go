@@ -7,9 +7,10 @@ import (
 	"testing"
 )
 
-// Review 3: hand-edited key records before lean steps, each compared
+// A third reviewer's cases: hand-edited key records (extra spaces, a
+// limit that disagrees with the lanes') before lean steps, each compared
 // with the general path (runScenario). Real Redis (private server).
-func TestLeanDamageRecordsReview3RealRedis(t *testing.T) {
+func TestLeanDamageRecordsRealRedis(t *testing.T) {
 	c := fuzzClient(t)
 	lean, gen := fuzzLibs(t, c)
 	ctx := context.Background()

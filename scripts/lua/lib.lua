@@ -1375,7 +1375,9 @@ do -- (the lean steps' helpers: locals of this block alone)
         if ep == EPOCH and (w ~= '0' or rest ~= '') then
           local n = 0
           if rest ~= '' then
-            if string.byte(rest) ~= 32 then return nil end
+            -- " id id …" as flush writes it, no other spacing (edited by
+            -- hand: the general path reads it)
+            if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return nil end
             n = 1
             if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
           end
@@ -1664,7 +1666,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     for i = 1, n do
       for _, kl in ipairs(es[i][5]) do
         local st = ks[kl[1]]
-        if not st[5] or not lean_drop(st, ids[i]) then return nil end
+        if not st[5] or kl[3] ~= tonumber(st[5]) or not lean_drop(st, ids[i]) then return nil end
         limit[kl[1]] = kl[3]
         if st[2] > 0 then handoff = true end
       end
