@@ -29,9 +29,16 @@ const maxTagged = 4 << 20
 
 // tagRequestID returns msg, a JSON-RPC message or batch, with the id of
 // each tools/call request written into its params' _meta.
-func tagRequestID(msg []byte) []byte {
-	if !bytes.Contains(msg, []byte(`tools/call`)) {
-		return msg // the common case, read no further
+func tagRequestID(msg []byte) (out []byte) {
+	defer func() {
+		// It runs in the SDK's reading goroutine, where a panic ends the
+		// process: a message it cannot tag goes on as it came.
+		if recover() != nil {
+			out = msg
+		}
+	}()
+	if !bytes.Contains(msg, []byte(`tools/call`)) && !bytes.Contains(msg, []byte(`\`)) {
+		return msg // the common case, read no further (an escape may spell it otherwise: "tools\/call")
 	}
 	trimmed := bytes.TrimSpace(msg)
 	if len(trimmed) > 0 && trimmed[0] == '[' {
@@ -76,8 +83,8 @@ func tagOne(msg []byte) []byte {
 		return msg
 	}
 	params := map[string]json.RawMessage{}
-	if raw, ok := m["params"]; ok && json.Unmarshal(raw, &params) != nil {
-		return msg
+	if raw, ok := m["params"]; ok && (json.Unmarshal(raw, &params) != nil || params == nil) {
+		return msg // params not an object (null leaves the map nil): the SDK answers it
 	}
 	meta := map[string]json.RawMessage{}
 	if raw, ok := params["_meta"]; ok && string(raw) != "null" && json.Unmarshal(raw, &meta) != nil {
