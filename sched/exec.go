@@ -328,6 +328,12 @@ func (r *run) exec(j job, t *lanes.Ticket, done chan<- struct{}) {
 			o.Err = fmt.Errorf("tool %s timed out: it ran past its ceiling of %v", c.Tool, ceiling)
 		case limit.Err() != nil:
 			o.Status, o.Code, o.Err = r.inFlight(st.tool, context.Cause(limit))
+		case res != nil && lease.Context().Err() != nil:
+			// Lost while it ran: the lease's context is done before anything
+			// OnLost registered runs (a command's guard kills it), so a body
+			// that returned for that reason finds it done, even before the
+			// body's own context hears of it.
+			o.Status, o.Code, o.Err = r.inFlight(st.tool, context.Cause(lease.Context()))
 		default:
 			o.Status, o.Code, o.Err, o.Output = Failed, CodeToolError, res.err, res.out
 		}

@@ -452,3 +452,36 @@ func TestSameRunIDOtherLockKeysFailsOnlyThatCall(t *testing.T) {
 		}
 	})
 }
+
+// A call whose lease is lost while its body runs ends indeterminate with
+// the loss in its error, also when the body returns at once (a command its
+// guard killed: "killed by SIGKILL") before the body's context hears of
+// the loss; before, such a call could end "error" with the kill's message
+// (a CI run of TestBatchSuspendedByTSTPToolDoesNotOutliveLease saw it).
+// The lease is lost to an operator's release. Each round repeats the
+// race; every one must end indeterminate. In memory, on miniredis and on
+// real Redis.
+func TestLeaseLostWhileRunningEndsIndeterminate(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		for round := range 10 {
+			entry := make(chan string, 1)
+			body := func(ctx context.Context, inv sched.Invocation) (string, error) {
+				entry <- inv.Entry
+				<-inv.Lost
+				return "", errors.New("killed by SIGKILL") // not ctx's error: it returns as a killed command does
+			}
+			cfg := sched.Config{Runner: parallel(), Tools: map[string]sched.Tool{
+				"w": {Concurrency: sched.Concurrency{Key: "k"}, Run: body},
+			}}
+			done := runAsync(t, context.Background(), e.scheduler(cfg), calls("c1:w"), sched.Options{})
+			id := recv(t, entry, "the body's start")
+			if _, err := e.backend.Release(context.Background(), "", []string{id}); err != nil {
+				t.Fatal(err)
+			}
+			o := done.wait(t).Outcomes[0]
+			if o.Status != sched.Indeterminate || o.Err == nil || !strings.Contains(o.Err.Error(), "lease lost") {
+				t.Fatalf("round %d: %s %v; want indeterminate, its lease lost", round, o.Status, o.Err)
+			}
+		}
+	})
+}
