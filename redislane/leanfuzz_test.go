@@ -390,6 +390,34 @@ func (f *fz) genOp() fop {
 	}
 }
 
+// deadlineGuard is how long before a deadline a step waits for it to
+// pass: the two compared calls run one after the other, and an entry
+// whose deadline falls between them expires for one only.
+const deadlineGuard = 200 * time.Millisecond
+
+// clearDeadlines waits, when a deadline of the state falls within
+// deadlineGuard of the Redis clock, until it has passed by as much.
+func (f *fz) clearDeadlines() {
+	ctx := context.Background()
+	now, err := f.c.Time(ctx).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ms := now.UnixMilli()
+	ds, err := f.c.ZRangeByScoreWithScores(ctx, nsKeys(f.a)[3], &redis.ZRangeBy{
+		Min: fmt.Sprint(ms - deadlineGuard.Milliseconds()), Max: fmt.Sprint(ms + deadlineGuard.Milliseconds())}).Result()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	last := int64(0)
+	for _, d := range ds {
+		last = max(last, int64(d.Score))
+	}
+	if last > 0 {
+		time.Sleep(time.Duration(last+deadlineGuard.Milliseconds()-ms) * time.Millisecond)
+	}
+}
+
 func (f *fz) step(op fop) bool {
 	ctx := context.Background()
 	f.log = append(f.log, op.desc)
@@ -401,6 +429,7 @@ func (f *fz) step(op fop) bool {
 		op.raw(f.a)
 		return true
 	}
+	f.clearDeadlines()
 	f.clone()
 	ep := f.epoch(f.a)
 	before, _ := f.c.HGetAll(ctx, nsKeys(f.a)[0]).Result()
