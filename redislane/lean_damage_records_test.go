@@ -26,13 +26,7 @@ func TestLeanDamageRecordsRealRedis(t *testing.T) {
 		js := fmt.Sprintf(`[{"id":"%s","k":[%s]}]`, id, strings.Join(ks, ","))
 		return fop{desc: "enq " + js, script: "enqueue", args: []any{"60000", o, "h", "7", js}}
 	}
-	rel := func(o string, ids ...string) fop {
-		a := []any{o, "0"}
-		for _, id := range ids {
-			a = append(a, id)
-		}
-		return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
-	}
+	rel := relOp
 	edit := func(key string, f func(string) string) fop {
 		return fop{desc: "edit record of " + key, raw: func(ns string) {
 			v, _ := c.HGet(ctx, nsKeys(ns)[1], key).Result()

@@ -16,13 +16,7 @@ func TestLeanDamageScenariosRealRedis(t *testing.T) {
 	enq := func(o, js string) fop {
 		return fop{desc: "enq " + js, script: "enqueue", args: []any{"60000", o, "h", "7", js}}
 	}
-	rel := func(o string, ids ...string) fop {
-		a := []any{o, "0"}
-		for _, id := range ids {
-			a = append(a, id)
-		}
-		return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
-	}
+	rel := relOp
 	raw := func(desc string, f func(ns string)) fop { return fop{desc: desc, raw: f} }
 	hdel := func(k int, field string) fop {
 		return raw(fmt.Sprintf("HDEL key%d %q", k, field), func(ns string) { c.HDel(ctx, nsKeys(ns)[k], field) })

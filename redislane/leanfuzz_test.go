@@ -541,18 +541,8 @@ func TestLeanFuzzRealRedis(t *testing.T) {
 		f.keys = []string{"K1", "K2", "K3", "K/4", "é5"}
 		f.limits = map[string]int{"K1": 1, "K2": 2, "K3": 1, "K/4": 3, "é5": 1}
 		f.owners = []string{"o1", "o2"}
+		f.begin(f.keys...)
 		ctx := context.Background()
-		f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
-		f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
-		f.subA.Receive(ctx)
-		f.subB.Receive(ctx)
-		// warm, and tokens far above the clock's
-		f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
-		f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
-		for _, k := range f.keys {
-			c.HSet(ctx, nsKeys(f.a)[1], k, "1 1 5000000000000000 0")
-		}
-		drain(f.subA, "")
 		ok := true
 		for range steps {
 			if !f.step(f.genOp()) {
@@ -582,13 +572,7 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 	enq := func(o, ttl, js string) fop {
 		return fop{desc: "enq " + js, script: "enqueue", args: []any{ttl, o, "h", "7", js}}
 	}
-	rel := func(o string, ids ...string) fop {
-		a := []any{o, "0"}
-		for _, id := range ids {
-			a = append(a, id)
-		}
-		return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
-	}
+	rel := relOp
 	reqs := func(prefix string, n int, key func(i int) string, lim int) string {
 		var rs []lanes.Request
 		for i := range n {
@@ -627,6 +611,31 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 	}
 }
 
+// begin subscribes to the hints of both namespaces and warms the first
+// (its steps may be lean), with the tokens of keys far above the clock's.
+func (f *fz) begin(keys ...string) {
+	ctx := context.Background()
+	f.subA = f.c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
+	f.subB = f.c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
+	f.subA.Receive(ctx)
+	f.subB.Receive(ctx)
+	f.call(f.lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
+	f.call(f.lean, f.a, "release", []any{"o1", "0", "warm"})
+	for _, k := range keys {
+		f.c.HSet(ctx, nsKeys(f.a)[1], k, "1 1 5000000000000000 0")
+	}
+	drain(f.subA, "")
+}
+
+// relOp is the release by owner o of ids (no tombstone).
+func relOp(o string, ids ...string) fop {
+	a := []any{o, "0"}
+	for _, id := range ids {
+		a = append(a, id)
+	}
+	return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
+}
+
 // runScenario runs ops on a fresh namespace, warmed (its steps may be
 // lean) with the tokens of key S far above the clock's, and more(ns) when
 // given, comparing each step of the two libraries (fz.step).
@@ -634,17 +643,10 @@ func runScenario(t *testing.T, c *redis.Client, lean, gen string, ops []fop, mor
 	s := uint64(time.Now().UnixNano())
 	f := &fz{t: t, c: c, lean: lean, gen: gen, a: fmt.Sprintf("scA%d", s), b: fmt.Sprintf("scB%d", s)}
 	ctx := context.Background()
-	f.subA = c.PSubscribe(ctx, "lanes:{"+f.a+"}:wake:*")
-	f.subB = c.PSubscribe(ctx, "lanes:{"+f.b+"}:wake:*")
-	f.subA.Receive(ctx)
-	f.subB.Receive(ctx)
-	f.call(lean, f.a, "enqueue", []any{"120000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`})
-	f.call(lean, f.a, "release", []any{"o1", "0", "warm"})
-	c.HSet(ctx, nsKeys(f.a)[1], "S", "1 1 5000000000000000 0")
+	f.begin("S")
 	if more != nil {
 		more(f.a)
 	}
-	drain(f.subA, "")
 	for _, op := range ops {
 		if !f.step(op) {
 			break
