@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -56,15 +55,12 @@ func badLine(body []byte, lineNo int) []byte {
 // plainInt reports whether id, a JSON number, is one the SDK answers
 // under the same text: an integer without fraction, exponent or -0, of at
 // most 2^53 either way (the SDK holds a number id as a float64).
+// id is JSON, so it has no "+" or leading zero: ParseInt refuses a fraction
+// or an exponent, and only -0 is left to refuse by hand.
 func plainInt(id []byte) bool {
-	if !intForm.Match(id) {
-		return false
-	}
 	n, err := strconv.ParseInt(string(id), 10, 64)
-	return err == nil && n >= -1<<53 && n <= 1<<53
+	return err == nil && string(id) != "-0" && n >= -1<<53 && n <= 1<<53
 }
-
-var intForm = regexp.MustCompile(`^(0|-?[1-9][0-9]*)$`)
 
 // requestID returns the id of msg, a JSON object, if it is one a reply
 // can carry (a string or a number); nil, JSON null, else.
