@@ -401,8 +401,15 @@ func startServer(bin string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "cg.%p"),
-		bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	args := []string{"--tool=callgrind", "--callgrind-out-file=" + filepath.Join(dir, "cg.%p")}
+	if *keep != "" {
+		// each kept dump names its functions in full: by default a later
+		// dump gives only the numbers an earlier one defined, and
+		// callgrind_annotate of it alone shows nothing by function
+		args = append(args, "--compress-strings=no", "--compress-pos=no")
+	}
+	args = append(args, bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd := exec.Command("valgrind", args...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
