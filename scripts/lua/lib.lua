@@ -1270,6 +1270,63 @@ do -- (the lean steps' helpers: locals of this block alone)
     return true
   end
 
+  -- What plain_rec and lean_keys make of the records and key records lean
+  -- steps wrote, by their bytes (a parse depends on them alone, and
+  -- patterns cost more than a lookup), put in as a step writes them: the
+  -- next step on the key or entry most often reads what the last one
+  -- wrote. (A record read is not put in: the step that reads it most
+  -- often writes it anew.) At most VALID_MAX each, then forgotten; a
+  -- library's functions keep them between calls. A value is never changed
+  -- once in.
+  local RECS, LINES, RECS_N, LINES_N = {}, {}, 0, 0
+  -- SEEDS_CHECKED, true in the tests' copy of the library alone
+  -- (leanfuzz_test.go), makes each value a lean step puts in as it writes
+  -- be checked against a parse of the bytes it wrote (an error on a
+  -- difference).
+  local SEEDS_CHECKED = false
+  local function same(a, b)
+    if type(a) ~= 'table' or type(b) ~= 'table' then return a == b end
+    for k, v in pairs(a) do
+      if not same(v, b[k]) then return false end
+    end
+    for k in pairs(b) do
+      if a[k] == nil then return false end
+    end
+    return true
+  end
+  local function seed_check(parse, raw, v)
+    if SEEDS_CHECKED and not same(parse(raw), v) then error('lean seed differs from its parse: ' .. raw) end
+  end
+  local function rec_seen(raw, v)
+    if RECS_N >= VALID_MAX then RECS, RECS_N = {}, 0 end
+    RECS[raw], RECS_N = v, RECS_N + 1
+  end
+  local function line_seen(raw, v)
+    if LINES_N >= VALID_MAX then LINES, LINES_N = {}, 0 end
+    LINES[raw], LINES_N = v, LINES_N + 1
+  end
+
+  -- num is dec for a count: the small ones (below 1,000) are formatted
+  -- once.
+  local NUMS = {}
+  local function num(n)
+    local v = NUMS[n]
+    if v then return v end
+    v = dec(n)
+    if n >= 0 and n < 1000 then NUMS[n] = v end
+    return v
+  end
+  -- int is tonumber for a limit's digits (the same few, again and again).
+  local INTS, INTS_N = {}, 0
+  local function int(s)
+    local v = INTS[s]
+    if v then return v end
+    v = tonumber(s)
+    if INTS_N >= VALID_MAX then INTS, INTS_N = {}, 0 end
+    INTS[s], INTS_N = v, INTS_N + 1
+    return v
+  end
+
   -- lean_requests parses the requests of an enqueue (ARGV[7]) when they are
   -- plain and in the form the Go client writes: [{"id":"…","k":[["key",
   -- limit],…]} with "c", "t" and "n" after "k" when given, in that order],
@@ -1291,12 +1348,14 @@ do -- (the lean steps' helpers: locals of this block alone)
       repeat
         local key, lim, q = string.match(s, LP_LANE, p)
         if not key or #lanes == MAX_LANES then return nil end
-        lanes[#lanes + 1] = {key, lim, tonumber(lim)}
+        lanes[#lanes + 1] = {key, lim, int(lim)}
         c, p = string.byte(s, q), q + 1
       until c ~= 44 -- ,
       if c ~= 93 then return nil end -- ]
       local lanes_json, f = string.sub(s, from, p - 2), p
-      for i = 1, 3 do p = string.match(s, LP_FIELDS[i], p) or p end
+      if string.byte(s, p) == 44 then
+        for i = 1, 3 do p = string.match(s, LP_FIELDS[i], p) or p end
+      end
       if string.byte(s, p) ~= 125 then return nil end -- }
       reqs[#reqs + 1] = {id, lanes, lanes_json, string.sub(s, f, p - 1)}
       c, pos = string.byte(s, p + 1), p + 2
@@ -1321,8 +1380,12 @@ do -- (the lean steps' helpers: locals of this block alone)
   local RP_LANE = '^%["([^"\\]+)",(%d+)%]()'
   local RP_STATE = '^,"s":"([wh])","q":(%d+),"e":(%d+)()'
   local RP_TOKEN = '^"([^"\\]+)":"%d+"()'
+  local parse_rec
   local function plain_rec(raw)
     if not raw then return nil end
+    return RECS[raw] or parse_rec(raw)
+  end
+  function parse_rec(raw)
     local o, p = string.match(raw, RP_HEAD)
     if not o then return nil end
     for i = 1, 3 do p = string.match(raw, LP_FIELDS[i], p) or p end
@@ -1332,7 +1395,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     repeat
       local key, lim, q = string.match(raw, RP_LANE, p)
       if not key then return nil end
-      lanes[#lanes + 1] = {key, lim, tonumber(lim)}
+      lanes[#lanes + 1] = {key, lim, int(lim)}
       c, p = string.byte(raw, q), q + 1
     until c ~= 44
     if c ~= 93 then return nil end
@@ -1356,6 +1419,32 @@ do -- (the lean steps' helpers: locals of this block alone)
     return {o, s, seq, enq, lanes, head}
   end
 
+  -- rec_wrote records what plain_rec makes of the record a lean step
+  -- writes, of the parts it writes it from: head (up to the end of its
+  -- lanes), state "w" or "h", seq and enqueued (strings).
+  local function rec_wrote(raw, owner, state, seq, enq, lanes, head)
+    local v = {owner, state, seq, enq, lanes, head}
+    seed_check(parse_rec, raw, v)
+    rec_seen(raw, v)
+  end
+
+  -- parse_line parses a key record: {epoch, limit, token, waiters, holders
+  -- (" id …"), holder count, waiters as a number}, or nil for a record not
+  -- in the form flush writes.
+  local function parse_line(raw)
+    local ep, l, tk, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
+    if not ep then return nil end
+    local n = 0
+    if rest ~= '' then
+      -- " id id …" as flush writes it, no other spacing (edited by
+      -- hand: the general path reads it)
+      if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return nil end
+      n = 1
+      if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
+    end
+    return {ep, l, tk, w, rest, n, tonumber(w)}
+  end
+
   -- lean_keys reads, in one command with the marker of lanes, the records
   -- of keys (a list): per key {token string, waiters, holders (" id …"),
   -- holder count, limit string (nil for an idle key)}. It returns nil when
@@ -1369,19 +1458,11 @@ do -- (the lean steps' helpers: locals of this block alone)
       local st = {'0', 0, '', 0, nil}
       local raw = got[i + 1]
       if raw then
-        local ep, l, tk, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
-        if not ep then return nil end
-        st[1] = tk
-        if ep == EPOCH and (w ~= '0' or rest ~= '') then
-          local n = 0
-          if rest ~= '' then
-            -- " id id …" as flush writes it, no other spacing (edited by
-            -- hand: the general path reads it)
-            if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return nil end
-            n = 1
-            if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
-          end
-          st[2], st[3], st[4], st[5] = tonumber(w), rest, n, l
+        local v = LINES[raw] or parse_line(raw)
+        if not v then return nil end
+        st[1] = v[3]
+        if v[1] == EPOCH and (v[4] ~= '0' or v[5] ~= '') then
+          st[2], st[3], st[4], st[5] = v[7], v[5], v[6], v[2]
         end
       end
       ks[keys[i]] = st
@@ -1392,11 +1473,23 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- lean_clock reads the Redis clock, and lean_whole whether deadlines is
   -- whole and nothing has expired (as expiring, which a lean step needs to
   -- find empty).
+  -- The last second, ms and deadline it read and their forms (steps come
+  -- many to a ms).
+  local CLOCK_S, CLOCK_SN, CLOCK_MS, CLOCK_MSS, CLOCK_DL, CLOCK_DLS
   local function lean_clock()
     local t = redis.call('TIME')
-    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if t[1] ~= CLOCK_S then CLOCK_S, CLOCK_SN = t[1], tonumber(t[1]) * 1000000 end
+    NOW_US = CLOCK_SN + tonumber(t[2])
     NOW = math.floor(NOW_US / 1000)
-    return dec(NOW)
+    if NOW ~= CLOCK_MS then CLOCK_MS, CLOCK_MSS = NOW, dec(NOW) end
+    return CLOCK_MSS
+  end
+  -- lean_deadline is the deadline of a lease of ttl ms granted now, as a
+  -- string.
+  local function lean_deadline(ttl)
+    local dl = NOW + ttl
+    if dl ~= CLOCK_DL then CLOCK_DL, CLOCK_DLS = dl, dec(dl) end
+    return CLOCK_DLS
   end
   local function lean_whole(now)
     local d = redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', now, 'LIMIT', '0', '2')
@@ -1409,9 +1502,15 @@ do -- (the lean steps' helpers: locals of this block alone)
     return st[1]
   end
 
-  -- lean_line is the key record of st.
+  -- lean_line is the key record of st (what parse_line makes of it goes
+  -- in LINES).
   local function lean_line(st)
-    return EPOCH .. ' ' .. st[5] .. ' ' .. st[1] .. ' ' .. st[2] .. st[3]
+    local w = num(st[2])
+    local raw = EPOCH .. ' ' .. st[5] .. ' ' .. st[1] .. ' ' .. w .. st[3]
+    local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}
+    seed_check(parse_line, raw, v)
+    line_seen(raw, v)
+    return raw
   end
 
   -- lean_confirm is confirm for a lean step: the markers of queue, nested
@@ -1473,12 +1572,12 @@ do -- (the lean steps' helpers: locals of this block alone)
     local reqs = lean_requests(ARGV[7])
     if not reqs then return nil end
     -- The checks of enqueue.lua, which every request passes here.
-    local ids, seen, keys, limits, total, dup = {}, {}, {}, {}, 0, false
+    local ids, seen, keys, limits, total, dup = {}, #reqs > 1 and {}, {}, {}, 0, false
     for i = 1, #reqs do
       local r = reqs[i]
       local id, lanes = r[1], r[2]
-      if not id_ok(id) or seen[id] then return nil end
-      seen[id] = true
+      if not id_ok(id) or (seen and seen[id]) then return nil end
+      if seen then seen[id] = true end
       ids[i] = id
       total = total + #lanes
       for j = 1, #lanes do
@@ -1551,7 +1650,7 @@ do -- (the lean steps' helpers: locals of this block alone)
 
     -- Decided: grants and queue places in order, then the writes.
     local out, recs, dls, members, seq0 = {}, {}, {}, {}, seq
-    local dl = dec(NOW + LEAN_TTL)
+    local dl = lean_deadline(LEAN_TTL)
     local head = '{"o":"' .. owner .. '","h":"' .. host .. '","p":' .. pid
     for i = 1, #reqs do
       local r = reqs[i]
@@ -1564,7 +1663,8 @@ do -- (the lean steps' helpers: locals of this block alone)
           break
         end
       end
-      local detail, rec = {}, head .. r[4] .. ',"k":[' .. r[3] .. ']'
+      local detail, rec0 = {}, head .. r[4] .. ',"k":[' .. r[3] .. ']'
+      local rec
       if now then
         local x = {}
         for j = 1, #lanes do
@@ -1575,7 +1675,8 @@ do -- (the lean steps' helpers: locals of this block alone)
           detail[2 * j - 1], detail[2 * j] = key, tok
           x[j] = '"' .. key .. '":"' .. tok .. '"'
         end
-        rec = rec .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{' .. table.concat(x, ',') .. '}}'
+        rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{' .. table.concat(x, ',') .. '}}'
+        rec_wrote(rec, owner, 'h', '0', nowS, lanes, rec0)
         out[i] = {id, 'h', detail, 0}
       else
         seq = seq + 1
@@ -1587,7 +1688,9 @@ do -- (the lean steps' helpers: locals of this block alone)
           members[#members + 1] = qmember(key, seq, id)
           detail[2 * j - 1], detail[2 * j] = key, st[2] -- last on each key: its place is the count
         end
-        rec = rec .. ',"s":"w","q":' .. seq .. ',"e":' .. nowS .. '}'
+        local qs = dec(seq)
+        rec = rec0 .. ',"s":"w","q":' .. qs .. ',"e":' .. nowS .. '}'
+        rec_wrote(rec, owner, 'w', qs, nowS, lanes, rec0)
         out[i] = {id, 'w', detail, seq}
       end
       recs[2 * i - 1], recs[2 * i] = id, rec
@@ -1666,7 +1769,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     for i = 1, n do
       for _, kl in ipairs(es[i][5]) do
         local st = ks[kl[1]]
-        if not st[5] or kl[3] ~= tonumber(st[5]) or not lean_drop(st, ids[i]) then return nil end
+        if not st[5] or kl[3] ~= int(st[5]) or not lean_drop(st, ids[i]) then return nil end
         limit[kl[1]] = kl[3]
         if st[2] > 0 then handoff = true end
       end
@@ -1720,12 +1823,10 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
 
     -- Decided: the removals, then the grants in arrival order.
-    local was, del = {}, {}
-    for i = 1, n do
-      was[i], del[i] = 'h', ids[i]
-    end
-    mrun('HDEL', K_ENTRIES, del)
-    mrun('ZREM', K_DEADLINES, del)
+    local was = {}
+    for i = 1, n do was[i] = 'h' end
+    mrun('HDEL', K_ENTRIES, ids)
+    mrun('ZREM', K_DEADLINES, ids)
     local granted_ids = {}
     if #cands > 0 then
       table.sort(cands, by_seq)
@@ -1737,6 +1838,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         local x = '"x":{"' .. key .. '":"' .. lean_token(st) .. '"}'
         recs[2 * i - 1] = id
         recs[2 * i] = w[6] .. ',"s":"h","q":' .. w[3] .. ',"e":' .. w[4] .. ',"g":' .. nowS .. ',' .. x .. '}'
+        rec_wrote(recs[2 * i], w[1], 'h', w[3], w[4], w[5], w[6])
         members[i], granted_ids[i] = c[4], id
         local o = w[1]
         if not hints[o] then

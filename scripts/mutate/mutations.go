@@ -360,6 +360,14 @@ finish()`},
 		Pkgs: []string{"./redislane", "./integration"}, Run: "TestLean",
 	},
 	{
+		Name: "lean/seed-miscounted",
+		What: "a lean step puts in its cache of key records a holder count one above the record it wrote: the next lean step on the key finds it fuller than it is and queues a request the general path grants",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}`, New: `local v = {EPOCH, st[5], st[1], w, st[3], st[4] + 1, st[2]}`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
