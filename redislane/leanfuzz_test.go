@@ -613,6 +613,41 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 		"del nested handoff": {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)), {desc: "DEL nested", raw: func(ns string) { c.Del(context.Background(), nsKeys(ns)[4]) }}, rel("o1", "h0")},
 		"del meta handoff":   {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)), {desc: "DEL meta", raw: func(ns string) { c.Del(context.Background(), nsKeys(ns)[5]) }}, rel("o1", "h0")},
 		"owner other":        {enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 3, same, 1)), rel("o2", "h0"), rel("o1", "h0"), rel("o2", "w0")},
+		// records edited by hand into forms the lean steps' writes would
+		// not parse back: nothing of them goes in the caches, and the
+		// step after decides as the general path (review of 122c80a)
+		"waiters undercounted": {
+			enq("o1", "60000", reqs("h", 2, same, 2)), enq("o2", "60000", reqs("w", 2, same, 2)),
+			{desc: "waiters of S 1", raw: func(ns string) { setField(c, ns, "S", 3, "1") }},
+			rel("o1", "h0", "h1"), rel("o2", "w0"), enq("o1", "60000", reqs("x", 1, same, 2)),
+		},
+		"token past 2^63": {
+			{desc: "token of T 1e20", raw: func(ns string) { c.HSet(context.Background(), nsKeys(ns)[1], "T", "x 0 99999999999999999999 0") }},
+			enq("o1", "60000", `[{"id":"t1","k":[["T",1]]}]`), rel("o1", "t1"), enq("o1", "60000", `[{"id":"t2","k":[["T",1]]}]`),
+		},
+		"seq a fraction": {
+			enq("o1", "60000", reqs("h", 1, same, 1)),
+			{desc: "meta seq 1.5", raw: func(ns string) { c.HSet(context.Background(), nsKeys(ns)[5], "seq", "1.5") }},
+			enq("o2", "60000", reqs("w", 1, same, 1)), rel("o1", "h0"), rel("o2", "w0"),
+		},
+		"waiter renamed with a space": {
+			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
+			{desc: "w0 renamed a b", raw: func(ns string) { rename(c, ns, "S", "w0", "a b") }},
+			rel("o1", "h0"), enq("o1", "60000", reqs("x", 1, same, 1)),
+		},
+		// a request the lean library read before but for its id (its cache of
+		// requests by the bytes after the id), with fields, queued, handed
+		// off, on two keys
+		"same request again": {
+			enq("o1", "60000", `[{"id":"a","k":[["S",1]],"c":"x","t":"y","n":"z"}]`), rel("o1", "a"),
+			enq("o1", "60000", `[{"id":"b","k":[["S",1]],"c":"x","t":"y","n":"z"}]`),
+			enq("o2", "60000", `[{"id":"c","k":[["S",1]],"c":"x","t":"y","n":"z"}]`), rel("o1", "b"),
+			enq("o1", "60000", `[{"id":"d","k":[["S",1],["T",2]],"t":"y"}]`), rel("o2", "c"),
+			enq("o2", "60000", `[{"id":"e","k":[["S",1],["T",2]],"t":"y"}]`), rel("o1", "d"), rel("o2", "e"),
+			enq("o1", "60000", `[{"id":"f","k":[["S",1],["T",2]],"t":"y"}]`), rel("o1", "f"),
+			enq("o1", "60000", `[{"id":"g\\","k":[["S",1]],"c":"x","t":"y","n":"z"}]`),
+			enq("o1", "60000", `[{"id":"h","k":[["S",1]],"c":"x","t":"y","n":"z"},{"id":"i","k":[["S",1]],"c":"x","t":"y","n":"z"}]`),
+		},
 	}
 	for name, ops := range scen {
 		t.Run(name, func(t *testing.T) {
@@ -671,4 +706,34 @@ func runScenario(t *testing.T, c *redis.Client, lean, gen string, ops []fop, mor
 	f.subB.Close()
 	c.Del(ctx, nsKeys(f.a)...)
 	c.Del(ctx, nsKeys(f.b)...)
+}
+
+// setField sets field i (from 0: epoch, limit, token, waiters, holders…)
+// of key's record in namespace ns, by hand.
+func setField(c *redis.Client, ns, key string, i int, v string) {
+	ctx := context.Background()
+	line, _ := c.HGet(ctx, nsKeys(ns)[1], key).Result()
+	p := strings.Split(line, " ")
+	p[i] = v
+	c.HSet(ctx, nsKeys(ns)[1], key, strings.Join(p, " "))
+}
+
+// rename gives the waiter id of key, by hand, the id to: its entry
+// record, its deadline and its queue member.
+func rename(c *redis.Client, ns, key, id, to string) {
+	ctx := context.Background()
+	k := nsKeys(ns)
+	rec, _ := c.HGet(ctx, k[0], id).Result()
+	dl, _ := c.ZScore(ctx, k[3], id).Result()
+	ms, _ := c.ZRangeByLex(ctx, k[2], &redis.ZRangeBy{Min: "[" + key + "\x00", Max: "(" + key + "\x01"}).Result()
+	c.HDel(ctx, k[0], id)
+	c.ZRem(ctx, k[3], id)
+	c.HSet(ctx, k[0], to, rec)
+	c.ZAdd(ctx, k[3], redis.Z{Score: dl, Member: to})
+	for _, m := range ms {
+		if strings.HasSuffix(m, "\x00"+id) {
+			c.ZRem(ctx, k[2], m)
+			c.ZAdd(ctx, k[2], redis.Z{Score: 0, Member: strings.TrimSuffix(m, id) + to})
+		}
+	}
 }

@@ -1338,7 +1338,35 @@ do -- (the lean steps' helpers: locals of this block alone)
   local LP_REQ = '^{"id":"([^"\\]+)","k":%[()'
   local LP_LANE = '^%["([^"\\]+)",([1-9]%d*)%]()'
   local LP_FIELDS = {'^,"c":"[^"\\]*"()', '^,"t":"[^"\\]*"()', '^,"n":"[^"\\]*"()'}
+  local parse_requests
+  -- TAILS: what parse_requests made of a step of one request, by the bytes
+  -- after its id (',"k":[…]…}]', which alone decide the rest): {lanes,
+  -- lanes JSON, fields JSON}. A client sends the same few again and again
+  -- with new ids. At most VALID_MAX, then forgotten; a value is never
+  -- changed once in.
+  local TAILS, TAILS_N = {}, 0
   local function lean_requests(s)
+    -- the id: up to the first quote, and without a backslash, as LP_REQ
+    -- reads it
+    if string.find(s, '[{"id":"', 1, true) ~= 1 then return nil end
+    local q = string.find(s, '"', 9, true)
+    if not q or q == 9 then return nil end
+    local id, tail = string.sub(s, 9, q - 1), string.sub(s, q)
+    if string.find(id, '\\', 1, true) then return nil end
+    local v = TAILS[tail]
+    if v then
+      local reqs = {{id, v[1], v[2], v[3]}}
+      if SEEDS_CHECKED and not same(parse_requests(s), reqs) then error('lean seed differs from its parse: ' .. s) end
+      return reqs
+    end
+    local reqs = parse_requests(s)
+    if reqs and #reqs == 1 then
+      if TAILS_N >= VALID_MAX then TAILS, TAILS_N = {}, 0 end
+      TAILS[tail], TAILS_N = {reqs[1][2], reqs[1][3], reqs[1][4]}, TAILS_N + 1
+    end
+    return reqs
+  end
+  function parse_requests(s)
     if string.byte(s, 1) ~= 91 then return nil end -- [
     local reqs, pos = {}, 2
     while #reqs < LEAN_STEP do
@@ -1421,28 +1449,35 @@ do -- (the lean steps' helpers: locals of this block alone)
 
   -- rec_wrote records what plain_rec makes of the record a lean step
   -- writes, of the parts it writes it from: head (up to the end of its
-  -- lanes), state "w" or "h", seq and enqueued (strings).
+  -- lanes), state "w" or "h", seq and enqueued (strings). Only for a record
+  -- plain_rec reads: its caller checks the numbers it formatted (a token
+  -- past 2^63, edited by hand, formats as a negative number; a seq read
+  -- from a meta edited by hand may be no whole number).
   local function rec_wrote(raw, owner, state, seq, enq, lanes, head)
     local v = {owner, state, seq, enq, lanes, head}
     seed_check(parse_rec, raw, v)
     rec_seen(raw, v)
   end
 
-  -- parse_line parses a key record: {epoch, limit, token, waiters, holders
-  -- (" id …"), holder count, waiters as a number}, or nil for a record not
-  -- in the form flush writes.
+  -- parse_line parses a key record: epoch, limit, token, waiters, holders
+  -- (" id …"), holder count; nothing for a record not in the form flush
+  -- writes. (LINES keeps the same in a table, with waiters as a number.)
   local function parse_line(raw)
     local ep, l, tk, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
-    if not ep then return nil end
+    if not ep then return end
     local n = 0
     if rest ~= '' then
       -- " id id …" as flush writes it, no other spacing (edited by
       -- hand: the general path reads it)
-      if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return nil end
+      if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return end
       n = 1
       if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
     end
-    return {ep, l, tk, w, rest, n, tonumber(w)}
+    return ep, l, tk, w, rest, n
+  end
+  local function line_table(raw)
+    local ep, l, tk, w, rest, n = parse_line(raw)
+    if ep then return {ep, l, tk, w, rest, n, tonumber(w)} end
   end
 
   -- lean_keys reads, in one command with the marker of lanes, the records
@@ -1458,11 +1493,19 @@ do -- (the lean steps' helpers: locals of this block alone)
       local st = {'0', 0, '', 0, nil}
       local raw = got[i + 1]
       if raw then
-        local v = LINES[raw] or parse_line(raw)
-        if not v then return nil end
-        st[1] = v[3]
-        if v[1] == EPOCH and (v[4] ~= '0' or v[5] ~= '') then
-          st[2], st[3], st[4], st[5] = v[7], v[5], v[6], v[2]
+        local v = LINES[raw]
+        if v then
+          st[1] = v[3]
+          if v[1] == EPOCH and (v[4] ~= '0' or v[5] ~= '') then
+            st[2], st[3], st[4], st[5] = v[7], v[5], v[6], v[2]
+          end
+        else
+          local ep, l, tk, w, rest, n = parse_line(raw)
+          if not ep then return nil end
+          st[1] = tk
+          if ep == EPOCH and (w ~= '0' or rest ~= '') then
+            st[2], st[3], st[4], st[5] = tonumber(w), rest, n, l
+          end
         end
       end
       ks[keys[i]] = st
@@ -1503,13 +1546,16 @@ do -- (the lean steps' helpers: locals of this block alone)
   end
 
   -- lean_line is the key record of st (what parse_line makes of it goes
-  -- in LINES).
+  -- in LINES, when it parses: no negative count or token, which only a
+  -- state edited by hand leads to).
   local function lean_line(st)
     local w = num(st[2])
     local raw = EPOCH .. ' ' .. st[5] .. ' ' .. st[1] .. ' ' .. w .. st[3]
-    local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}
-    seed_check(parse_line, raw, v)
-    line_seen(raw, v)
+    if st[2] >= 0 and string.byte(st[1]) ~= 45 then -- -
+      local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}
+      seed_check(line_table, raw, v)
+      line_seen(raw, v)
+    end
     return raw
   end
 
@@ -1666,7 +1712,7 @@ do -- (the lean steps' helpers: locals of this block alone)
       local detail, rec0 = {}, head .. r[4] .. ',"k":[' .. r[3] .. ']'
       local rec
       if now then
-        local x = {}
+        local x, plain = {}, true
         for j = 1, #lanes do
           local key = lanes[j][1]
           local st = ks[key]
@@ -1674,9 +1720,10 @@ do -- (the lean steps' helpers: locals of this block alone)
           local tok = lean_token(st)
           detail[2 * j - 1], detail[2 * j] = key, tok
           x[j] = '"' .. key .. '":"' .. tok .. '"'
+          if string.byte(tok) == 45 then plain = false end
         end
         rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{' .. table.concat(x, ',') .. '}}'
-        rec_wrote(rec, owner, 'h', '0', nowS, lanes, rec0)
+        if plain then rec_wrote(rec, owner, 'h', '0', nowS, lanes, rec0) end
         out[i] = {id, 'h', detail, 0}
       else
         seq = seq + 1
@@ -1688,9 +1735,9 @@ do -- (the lean steps' helpers: locals of this block alone)
           members[#members + 1] = qmember(key, seq, id)
           detail[2 * j - 1], detail[2 * j] = key, st[2] -- last on each key: its place is the count
         end
-        local qs = dec(seq)
+        local qs = tostring(seq) -- as cjson writes it (a seq from a meta edited by hand may be no whole number)
         rec = rec0 .. ',"s":"w","q":' .. qs .. ',"e":' .. nowS .. '}'
-        rec_wrote(rec, owner, 'w', qs, nowS, lanes, rec0)
+        if seq >= 0 and seq % 1 == 0 then rec_wrote(rec, owner, 'w', qs, nowS, lanes, rec0) end
         out[i] = {id, 'w', detail, seq}
       end
       recs[2 * i - 1], recs[2 * i] = id, rec
@@ -1793,11 +1840,13 @@ do -- (the lean steps' helpers: locals of this block alone)
           if room > RATE_SCAN then return nil end
           if room > 0 then
             local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', dec(room + 2))
-          -- fewer members than the record counts: the queue lost some
-          if #ms < math.min(room, st[2]) then return nil end
+            -- fewer members than the record counts: the queue lost some;
+            -- more to grant than it counts: the record was edited
+            if #ms < math.min(room, st[2]) or math.min(room, #ms) > st[2] then return nil end
             for j = 1, math.min(room, #ms) do
               local seq, id = string.match(string.sub(ms[j], #key + 2), '^(%d+)%z(.+)$')
-              if not seq or string.find(id, '["\\]') then return nil end
+              -- not an id, or one JSON escapes (edited by hand)
+              if not seq or not id_ok(id) or string.find(id, '["\\]') then return nil end
               cands[#cands + 1] = {tonumber(seq), id, key, ms[j]}
               live[#live + 1] = id
             end
@@ -1835,10 +1884,11 @@ do -- (the lean steps' helpers: locals of this block alone)
         local id, key, w = c[2], c[3], c[5]
         local st = ks[key]
         st[2], st[3], st[4] = st[2] - 1, st[3] .. ' ' .. id, st[4] + 1
-        local x = '"x":{"' .. key .. '":"' .. lean_token(st) .. '"}'
+        local tok = lean_token(st)
+        local x = '"x":{"' .. key .. '":"' .. tok .. '"}'
         recs[2 * i - 1] = id
         recs[2 * i] = w[6] .. ',"s":"h","q":' .. w[3] .. ',"e":' .. w[4] .. ',"g":' .. nowS .. ',' .. x .. '}'
-        rec_wrote(recs[2 * i], w[1], 'h', w[3], w[4], w[5], w[6])
+        if string.byte(tok) ~= 45 then rec_wrote(recs[2 * i], w[1], 'h', w[3], w[4], w[5], w[6]) end
         members[i], granted_ids[i] = c[4], id
         local o = w[1]
         if not hints[o] then

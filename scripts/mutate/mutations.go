@@ -368,6 +368,14 @@ finish()`},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz",
 	},
 	{
+		Name: "lean/request-cache-fields",
+		What: "a lean enqueue that finds its request in its cache (the bytes after the id seen before) takes its lanes but drops its fields: the entry loses its call id, tool and tenant",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local reqs = {{id, v[1], v[2], v[3]}}`, New: `local reqs = {{id, v[1], v[2], ''}}`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
