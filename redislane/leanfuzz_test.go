@@ -621,6 +621,11 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 			{desc: "waiters of S 1", raw: func(ns string) { setField(c, ns, "S", 3, "1") }},
 			rel("o1", "h0", "h1"), rel("o2", "w0"), enq("o1", "60000", reqs("x", 1, same, 2)),
 		},
+		"waiters past 2^63": {
+			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
+			{desc: "waiters of S 1e19", raw: func(ns string) { setField(c, ns, "S", 3, "10000000000000000000") }},
+			enq("o2", "60000", `[{"id":"w1","k":[["S",1]]}]`), rel("o1", "h0"),
+		},
 		"token past 2^63": {
 			{desc: "token of T 1e20", raw: func(ns string) { c.HSet(context.Background(), nsKeys(ns)[1], "T", "x 0 99999999999999999999 0") }},
 			enq("o1", "60000", `[{"id":"t1","k":[["T",1]]}]`), rel("o1", "t1"), enq("o1", "60000", `[{"id":"t2","k":[["T",1]]}]`),

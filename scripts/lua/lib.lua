@@ -1546,12 +1546,12 @@ do -- (the lean steps' helpers: locals of this block alone)
   end
 
   -- lean_line is the key record of st (what parse_line makes of it goes
-  -- in LINES, when it parses: no negative count or token, which only a
-  -- state edited by hand leads to).
+  -- in LINES, when it parses: no count or token formatted negative, which
+  -- only a state edited by hand leads to: below 0, or past 2^63).
   local function lean_line(st)
     local w = num(st[2])
     local raw = EPOCH .. ' ' .. st[5] .. ' ' .. st[1] .. ' ' .. w .. st[3]
-    if st[2] >= 0 and string.byte(st[1]) ~= 45 then -- -
+    if string.byte(w) ~= 45 and string.byte(st[1]) ~= 45 then -- -
       local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}
       seed_check(line_table, raw, v)
       line_seen(raw, v)
