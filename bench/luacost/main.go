@@ -245,6 +245,7 @@ func main() {
 	dir := flag.String("dir", "", "the scripts' directory (default: scripts/lua of the repository this runs in)")
 	server := flag.String("redis-server", "redis-server", "the redis-server binary to run under callgrind")
 	floor := flag.Bool("floor", false, "count the floors instead: the commands of one acquire and release alone, in today's layout and in others (no scripts)")
+	flag.BoolVar(&fcall, "fcall", false, "count real FCALLs instead: the library loaded once, steps sent by this program, the whole server's instructions per op (the command's parsing, the call and its reply included)")
 	flag.Parse()
 	var err error
 	if *floor {
@@ -257,6 +258,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// fcall is -fcall (fcall.go).
+var fcall bool
 
 // version is one version of the scripts: its name and how to read one of
 // its files (e.g. "lib.lua").
@@ -287,6 +291,9 @@ func run(dir, base, server string) error {
 			return string(b), nil
 		}})
 	}
+	if fcall {
+		return runFcall(versions, server)
+	}
 	preludes := make([]string, len(versions))
 	for i, v := range versions {
 		if preludes[i], err = prelude(v.read); err != nil {
@@ -301,7 +308,28 @@ func run(dir, base, server string) error {
 	defer srv.stop()
 	ctx := context.Background()
 
+	counts := make([][]float64, len(scenarios))
+	for i, sc := range scenarios {
+		counts[i] = make([]float64, len(versions))
+		for j := range versions {
+			n, err := srv.count(ctx, preludes[j], sc, fmt.Sprintf("%d%d", i, j))
+			if err != nil {
+				return fmt.Errorf("%s (%s): %w", sc.name, versions[j].name, err)
+			}
+			counts[i][j] = n
+		}
+	}
 	fmt.Printf("machine instructions per op in the lanes scripts (callgrind, %s)\n\n", srv.version)
+	printCounts(versions, func(i int) string { return scenarios[i].name }, counts)
+	for _, sc := range scenarios {
+		fmt.Printf("- %s: %s\n", sc.name, sc.what)
+	}
+	return nil
+}
+
+// printCounts prints the table of counts[scenario][version], with the
+// change from the second version when there are two, and a blank line.
+func printCounts(versions []version, name func(int) string, counts [][]float64) {
 	header := "| scenario | " + versions[0].name
 	rule := "|---|---:"
 	if len(versions) > 1 {
@@ -310,26 +338,14 @@ func run(dir, base, server string) error {
 	}
 	fmt.Println(header + " |")
 	fmt.Println(rule + "|")
-	for i, sc := range scenarios {
-		counts := make([]float64, len(versions))
-		for j := range versions {
-			n, err := srv.count(ctx, preludes[j], sc, fmt.Sprintf("%d%d", i, j))
-			if err != nil {
-				return fmt.Errorf("%s (%s): %w", sc.name, versions[j].name, err)
-			}
-			counts[j] = n
-		}
-		line := fmt.Sprintf("| %s | %.0f", sc.name, counts[0])
-		if len(counts) > 1 {
-			line += fmt.Sprintf(" | %.0f | %+.1f%%", counts[1], 100*(counts[0]-counts[1])/counts[1])
+	for i, c := range counts {
+		line := fmt.Sprintf("| %s | %.0f", name(i), c[0])
+		if len(c) > 1 {
+			line += fmt.Sprintf(" | %.0f | %+.1f%%", c[1], 100*(c[0]-c[1])/c[1])
 		}
 		fmt.Println(line + " |")
 	}
 	fmt.Println()
-	for _, sc := range scenarios {
-		fmt.Printf("- %s: %s\n", sc.name, sc.what)
-	}
-	return nil
 }
 
 // runFloors counts the floors (-floor).
@@ -482,6 +498,17 @@ func (s *server) count(ctx context.Context, prelude string, sc scenario, tag str
 	if err := expectOK(s.c.Eval(ctx, src, keys, r).Result()); err != nil {
 		return 0, err
 	}
+	total, err := s.dump(tag, sc.name)
+	if err != nil {
+		return 0, err
+	}
+	return float64(total) / float64(sc.ops), nil
+}
+
+// dump makes callgrind write what it counted since the last zeroing, and
+// returns the instruction total; with -keep, the dump goes there, named by
+// the scenario and tag.
+func (s *server) dump(tag, scenario string) (int64, error) {
 	old, _ := filepath.Glob(filepath.Join(s.dir, "cg.*"))
 	for _, f := range old {
 		os.Remove(f)
@@ -499,12 +526,12 @@ func (s *server) count(ctx context.Context, prelude string, sc scenario, tag str
 	}
 	if *keep != "" {
 		// for callgrind_annotate: by function with a Redis built with symbols
-		name := strings.NewReplacer(" ", "-", ",", "", "+", "-").Replace(sc.name) + "." + tag + ".callgrind"
+		name := strings.NewReplacer(" ", "-", ",", "", "+", "-").Replace(scenario) + "." + tag + ".callgrind"
 		if err := os.Rename(dumps[len(dumps)-1], filepath.Join(*keep, name)); err != nil {
 			return 0, err
 		}
 	}
-	return float64(total) / float64(sc.ops), nil
+	return total, nil
 }
 
 func (s *server) control(flag string) error {

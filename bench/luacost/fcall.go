@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// The -fcall mode counts what the server spends on real FCALLs of the
+// library, loaded once with FUNCTION LOAD as redislane loads it: parsing
+// each command, the call, the commands inside and the reply, everything but
+// the client's side. Unlike the EVAL scenarios, the library's Lua state
+// lives from one call to the next, as in production (its caches of what
+// lean steps wrote among it); and the FCALL's own cost (its KEYS and ARGV
+// made Lua tables, the Lua GC step Redis runs every 50 calls) is in.
+
+// fcallScenario is one kind of step sent as FCALLs: setup (not counted)
+// and run (counted) send them through call; ops is the divisor.
+type fcallScenario struct {
+	name, what string
+	setup, run func(call func(fn string, args ...any) error, r string) error
+	ops        int
+}
+
+var fcallScenarios = []fcallScenario{
+	{
+		name: "acquire+release, one key", what: "one uncontended acquire and release of key k, 500 times", ops: 500,
+		run: func(call func(string, ...any) error, r string) error {
+			return acqRelLoop(call, r, func(int) string { return "k" })
+		},
+	},
+	{
+		name: "acquire+release, new keys", what: "the same, each on a key never used before", ops: 500,
+		run: func(call func(string, ...any) error, r string) error {
+			return acqRelLoop(call, r, func(i int) string { return fmt.Sprintf("k%s-%d", r, i) })
+		},
+	},
+	{
+		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (both enqueued just before, not counted), 200 times", ops: 200,
+		setup: func(call func(string, ...any) error, r string) error {
+			for i := range 200 {
+				if err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+					return err
+				}
+				if err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		run: func(call func(string, ...any) error, r string) error {
+			for i := range 200 {
+				if err := call("release", "holder", "0", fmt.Sprintf("h%s-%d", r, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	},
+}
+
+func acqRelLoop(call func(string, ...any) error, r string, key func(int) string) error {
+	for i := range 500 {
+		id := fmt.Sprintf("e%s-%d", r, i)
+		if err := call("enqueue", "30000", "o1", "host", "1", `[{"id":"`+id+`","k":[["`+key(i)+`",1]]}]`); err != nil {
+			return err
+		}
+		if err := call("release", "o1", "0", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// library is the Functions library of a version of the scripts, named
+// name, as package lua's Library builds it.
+func library(v version, name string) (string, error) {
+	var code strings.Builder
+	code.WriteString("#!lua name=" + name + "\n")
+	lib, err := v.read("lib.lua")
+	if err != nil {
+		return "", err
+	}
+	code.WriteString(lib)
+	for _, s := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua", "doctor.lua", "record.lua"} {
+		body, err := v.read(s)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&code, "\nredis.register_function('%s', function(KEYS, ARGV)\n%s\nend)\n", name+"_"+strings.TrimSuffix(s, ".lua"), body)
+	}
+	return code.String(), nil
+}
+
+// runFcall counts the fcall scenarios for each version, each with its
+// library loaded once on a server of its own.
+func runFcall(versions []version, server string) error {
+	counts := make([][]float64, len(fcallScenarios))
+	var ver string
+	for j, v := range versions {
+		srv, err := startServer(server)
+		if err != nil {
+			return err
+		}
+		ver = srv.version
+		name := fmt.Sprintf("luacost%d", j)
+		code, err := library(v, name)
+		if err == nil {
+			err = srv.c.FunctionLoad(context.Background(), code).Err()
+		}
+		if err != nil {
+			srv.stop()
+			return fmt.Errorf("%s: %w", v.name, err)
+		}
+		for i, sc := range fcallScenarios {
+			n, err := srv.countFcall(name, sc, fmt.Sprintf("c%d%d", i, j))
+			if err != nil {
+				srv.stop()
+				return fmt.Errorf("%s (%s): %w", sc.name, v.name, err)
+			}
+			counts[i] = append(counts[i], n)
+		}
+		srv.stop()
+	}
+	fmt.Printf("machine instructions per op in the server, FCALLs of the library (callgrind, %s)\n\n", ver)
+	printCounts(versions, func(i int) string { return fcallScenarios[i].name }, counts)
+	for _, sc := range fcallScenarios {
+		fmt.Printf("- %s: %s\n", sc.name, sc.what)
+	}
+	return nil
+}
+
+// countFcall runs sc's setup, then its run under a zeroed callgrind
+// counter, on a namespace of its own (tag), and returns the instructions
+// of the whole server for the run divided by sc.ops.
+func (s *server) countFcall(lib string, sc fcallScenario, tag string) (float64, error) {
+	ctx := context.Background()
+	keys := make([]string, 7)
+	for i, k := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta", "tombs"} {
+		keys[i] = "luacost:{" + tag + "}:" + k
+	}
+	defer s.c.Del(ctx, keys...)
+	call := func(fn string, args ...any) error {
+		a := append([]any{"2", "h:"}, args...)
+		v, err := s.c.FCall(ctx, lib+"_"+fn, keys, a...).Result()
+		if err != nil {
+			return err
+		}
+		if r, ok := v.([]any); !ok || len(r) != 3 {
+			return fmt.Errorf("%s answered %v", fn, v)
+		}
+		return nil
+	}
+	r := "r" + tag
+	// a first step of the namespace makes its state (not counted)
+	if err := call("enqueue", "30000", "o0", "host", "1", `[{"id":"warm","k":[["warm",1]]}]`); err != nil {
+		return 0, err
+	}
+	if sc.setup != nil {
+		if err := sc.setup(call, r); err != nil {
+			return 0, fmt.Errorf("setup: %w", err)
+		}
+	}
+	if err := s.control("-z"); err != nil {
+		return 0, err
+	}
+	if err := sc.run(call, r); err != nil {
+		return 0, err
+	}
+	total, err := s.dump(tag, sc.name)
+	if err != nil {
+		return 0, err
+	}
+	return float64(total) / float64(sc.ops), nil
+}
