@@ -68,7 +68,8 @@ bench:
 # few common steps (bench/luacost: a redis-server of its own under
 # valgrind's callgrind), a figure the machine's load does not move, so a
 # change to the scripts is measured to the percent on a busy machine.
-# LUACOSTFLAGS='-base REV' counts another commit's scripts beside.
+# LUACOSTFLAGS='-base REV' counts another commit's scripts beside; -fcall
+# counts real FCALLs of the library loaded once (the whole server's work).
 LUACOSTFLAGS ?=
 luacost:
 	cd bench && $(GO) run ./luacost $(LUACOSTFLAGS)
