@@ -621,6 +621,40 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 			{desc: "waiters of S 1", raw: func(ns string) { setField(c, ns, "S", 3, "1") }},
 			rel("o1", "h0", "h1"), rel("o2", "w0"), enq("o1", "60000", reqs("x", 1, same, 2)),
 		},
+		// numbers with a leading zero, white space in the holders, and a
+		// waiter naming another limit than its key's: the general path
+		// rewrites them, so the lean steps leave them to it (third review)
+		"limit 001": {
+			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
+			{desc: "limit of S 001", raw: func(ns string) { setField(c, ns, "S", 1, "001") }},
+			rel("o1", "h0"), rel("o2", "w0"),
+		},
+		"token 0-prefixed": {
+			enq("o1", "60000", reqs("h", 1, same, 1)),
+			{desc: "token of S 0…", raw: func(ns string) {
+				line, _ := c.HGet(context.Background(), nsKeys(ns)[1], "S").Result()
+				setField(c, ns, "S", 2, "0"+strings.Split(line, " ")[2])
+			}},
+			enq("o2", "60000", reqs("w", 1, same, 1)), rel("o1", "h0"),
+		},
+		"holders with a tab": {
+			enq("o1", "60000", reqs("h", 2, same, 2)),
+			{desc: "holders of S h0\th1", raw: func(ns string) {
+				line, _ := c.HGet(context.Background(), nsKeys(ns)[1], "S").Result()
+				c.HSet(context.Background(), nsKeys(ns)[1], "S", strings.Replace(line, " h1", "\th1", 1))
+			}},
+			enq("o2", "60000", reqs("x", 1, same, 2)), rel("o1", "h0"),
+		},
+		"waiter q 01": {
+			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
+			{desc: "q of w0 01", raw: func(ns string) { editRecord(c, ns, "w0", `"q":1,`, `"q":01,`) }},
+			rel("o1", "h0"),
+		},
+		"waiter of another limit": {
+			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
+			{desc: "w0 names limit 2", raw: func(ns string) { editRecord(c, ns, "w0", `["S",1]`, `["S",2]`) }},
+			rel("o1", "h0"), rel("o2", "w0"),
+		},
 		"waiters past 2^63": {
 			enq("o1", "60000", reqs("h", 1, same, 1)), enq("o2", "60000", reqs("w", 1, same, 1)),
 			{desc: "waiters of S 1e19", raw: func(ns string) { setField(c, ns, "S", 3, "10000000000000000000") }},
@@ -741,4 +775,12 @@ func rename(c *redis.Client, ns, key, id, to string) {
 			c.ZAdd(ctx, k[2], redis.Z{Score: 0, Member: strings.TrimSuffix(m, id) + to})
 		}
 	}
+}
+
+// editRecord replaces old by new in the entry record of id in namespace
+// ns, by hand.
+func editRecord(c *redis.Client, ns, id, old, new string) {
+	ctx := context.Background()
+	rec, _ := c.HGet(ctx, nsKeys(ns)[0], id).Result()
+	c.HSet(ctx, nsKeys(ns)[0], id, strings.Replace(rec, old, new, 1))
 }

@@ -1297,14 +1297,28 @@ do -- (the lean steps' helpers: locals of this block alone)
   local function seed_check(parse, raw, v)
     if SEEDS_CHECKED and not same(parse(raw), v) then error('lean seed differs from its parse: ' .. raw) end
   end
+  -- Each cache also holds at most CACHE_BYTES of the bytes it is keyed
+  -- by, and none longer than CACHE_ITEM: a key record grows by a holder at
+  -- a time, and keeping each of its lengths would cost memory with the
+  -- square of its holders.
+  local CACHE_ITEM, CACHE_BYTES = 512, 262144
+  local RECS_B, LINES_B = 0, 0
   local function rec_seen(raw, v)
-    if RECS_N >= VALID_MAX then RECS, RECS_N = {}, 0 end
-    RECS[raw], RECS_N = v, RECS_N + 1
+    local n = #raw
+    if n > CACHE_ITEM then return end
+    if RECS_N >= VALID_MAX or RECS_B + n > CACHE_BYTES then RECS, RECS_N, RECS_B = {}, 0, 0 end
+    RECS[raw], RECS_N, RECS_B = v, RECS_N + 1, RECS_B + n
   end
   local function line_seen(raw, v)
-    if LINES_N >= VALID_MAX then LINES, LINES_N = {}, 0 end
-    LINES[raw], LINES_N = v, LINES_N + 1
+    local n = #raw
+    if n > CACHE_ITEM then return end
+    if LINES_N >= VALID_MAX or LINES_B + n > CACHE_BYTES then LINES, LINES_N, LINES_B = {}, 0, 0 end
+    LINES[raw], LINES_N, LINES_B = v, LINES_N + 1, LINES_B + n
   end
+  -- canon reports whether the digits s are a number as a step writes it
+  -- (no leading zero): the lean steps copy what they read, and leave any
+  -- other form to the general path, which rewrites it.
+  local function canon(s) return #s == 1 or string.byte(s) ~= 48 end
 
   -- num is dec for a count: the small ones (below 1,000) are formatted
   -- once.
@@ -1344,7 +1358,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- lanes JSON, fields JSON}. A client sends the same few again and again
   -- with new ids. At most VALID_MAX, then forgotten; a value is never
   -- changed once in.
-  local TAILS, TAILS_N = {}, 0
+  local TAILS, TAILS_N, TAILS_B = {}, 0, 0
   local function lean_requests(s)
     -- the id: up to the first quote, and without a backslash, as LP_REQ
     -- reads it
@@ -1360,9 +1374,10 @@ do -- (the lean steps' helpers: locals of this block alone)
       return reqs
     end
     local reqs = parse_requests(s)
-    if reqs and #reqs == 1 then
-      if TAILS_N >= VALID_MAX then TAILS, TAILS_N = {}, 0 end
-      TAILS[tail], TAILS_N = {reqs[1][2], reqs[1][3], reqs[1][4]}, TAILS_N + 1
+    local n = #tail
+    if reqs and #reqs == 1 and n <= CACHE_ITEM then
+      if TAILS_N >= VALID_MAX or TAILS_B + n > CACHE_BYTES then TAILS, TAILS_N, TAILS_B = {}, 0, 0 end
+      TAILS[tail], TAILS_N, TAILS_B = {reqs[1][2], reqs[1][3], reqs[1][4]}, TAILS_N + 1, TAILS_B + n
     end
     return reqs
   end
@@ -1404,40 +1419,41 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- {owner, state, seq string, enqueued string, lanes {{key, limit string,
   -- limit}, …}, the record up to the end of its lanes}, or nil for a record
   -- of any other form (written by cjson, or not plain).
-  local RP_HEAD = '^{"o":"([^"\\]*)","h":"[^"\\]*","p":%d+()'
+  local RP_HEAD = '^{"o":"([^"\\]*)","h":"[^"\\]*","p":(%d+)()'
   local RP_LANE = '^%["([^"\\]+)",(%d+)%]()'
   local RP_STATE = '^,"s":"([wh])","q":(%d+),"e":(%d+)()'
-  local RP_TOKEN = '^"([^"\\]+)":"%d+"()'
+  local RP_TOKEN = '^"([^"\\]+)":"(%d+)"()'
   local parse_rec
   local function plain_rec(raw)
     if not raw then return nil end
     return RECS[raw] or parse_rec(raw)
   end
   function parse_rec(raw)
-    local o, p = string.match(raw, RP_HEAD)
-    if not o then return nil end
+    local o, pid, p = string.match(raw, RP_HEAD)
+    if not o or not canon(pid) then return nil end
     for i = 1, 3 do p = string.match(raw, LP_FIELDS[i], p) or p end
     if string.sub(raw, p, p + 5) ~= ',"k":[' then return nil end
     p = p + 6
     local lanes, c = {}, nil
     repeat
       local key, lim, q = string.match(raw, RP_LANE, p)
-      if not key then return nil end
+      if not key or not canon(lim) then return nil end
       lanes[#lanes + 1] = {key, lim, int(lim)}
       c, p = string.byte(raw, q), q + 1
     until c ~= 44
     if c ~= 93 then return nil end
     local head = string.sub(raw, 1, p - 1)
     local s, seq, enq, q = string.match(raw, RP_STATE, p)
-    if not s then return nil end
+    if not s or not (canon(seq) and canon(enq)) then return nil end
     if s == 'w' then
       if q ~= #raw then return nil end -- the last }
     else
-      q = string.match(raw, '^,"g":%d+,"x":{()', q)
-      if not q then return nil end
+      local g
+      g, q = string.match(raw, '^,"g":(%d+),"x":{()', q)
+      if not g or not canon(g) then return nil end
       for i = 1, #lanes do
-        local key, nq = string.match(raw, RP_TOKEN, q)
-        if key ~= lanes[i][1] then return nil end
+        local key, tok, nq = string.match(raw, RP_TOKEN, q)
+        if key ~= lanes[i][1] or not canon(tok) then return nil end
         c, q = string.byte(raw, nq), nq + 1
         if c ~= (i < #lanes and 44 or 125) then return nil end
       end
@@ -1464,12 +1480,12 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- writes. (LINES keeps the same in a table, with waiters as a number.)
   local function parse_line(raw)
     local ep, l, tk, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
-    if not ep then return end
+    if not ep or not (canon(l) and canon(tk) and canon(w)) then return end
     local n = 0
     if rest ~= '' then
-      -- " id id …" as flush writes it, no other spacing (edited by
-      -- hand: the general path reads it)
-      if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) then return end
+      -- " id id …" as flush writes it, no other spacing or white space
+      -- (edited by hand: the general path reads it)
+      if string.byte(rest) ~= 32 or string.byte(rest, -1) == 32 or string.find(rest, '  ', 1, true) or string.find(rest, '[^%S ]') then return end
       n = 1
       if string.find(rest, ' ', 2, true) then n = select(2, string.gsub(rest, ' ', ' ')) end
     end
@@ -1865,7 +1881,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         local got = mcall('HMGET', K_ENTRIES, wids)
         for i, c in ipairs(cands) do
           local w = plain_rec(got[i])
-          if not w or w[2] ~= 'w' or #w[5] ~= 1 or w[5][1][1] ~= c[3] or tonumber(w[3]) ~= c[1] then return nil end
+          if not w or w[2] ~= 'w' or #w[5] ~= 1 or w[5][1][1] ~= c[3] or w[5][1][3] ~= limit[c[3]] or tonumber(w[3]) ~= c[1] then return nil end
           c[5] = w
         end
       end

@@ -376,6 +376,14 @@ finish()`},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
 	},
 	{
+		Name: "lean/cache-unbounded",
+		What: "the lean steps' caches are bounded by entries alone: a key whose holders come one at a time keeps every length of its record, and the library's memory grows with the square of its holders",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local CACHE_ITEM, CACHE_BYTES = 512, 262144`, New: `local CACHE_ITEM, CACHE_BYTES = 1e12, 1e15`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanCachesBoundedByBytes",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
