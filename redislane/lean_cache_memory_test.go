@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
 
@@ -30,30 +31,24 @@ func TestLeanCachesBoundedByBytesRealRedis(t *testing.T) {
 	ns := "leanmem"
 	keys := nsKeys(ns)
 	t.Cleanup(func() { c.Del(context.Background(), keys...) })
+	f := &fz{t: t, c: c}
 	call := func(script string, args ...any) {
 		t.Helper()
-		all := append([]any{"2", "lanes:{" + ns + "}:wake:"}, args...)
-		if err := c.FCall(ctx, name+"_"+script, keys, all...).Err(); err != nil {
+		if _, err := f.call(name, ns, script, args); err != nil {
 			t.Fatalf("%s: %v", script, err)
 		}
 	}
 	vm := func() int64 {
 		t.Helper()
-		info, err := c.Info(ctx, "memory").Result()
+		v, err := redisproc.InfoField(ctx, c, "memory", "used_memory_vm_functions")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "used_memory_vm_functions:"); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return n
-			}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("used_memory_vm_functions %q: %v", v, err)
 		}
-		t.Fatal("no used_memory_vm_functions in INFO memory")
-		return 0
+		return n
 	}
 	call("enqueue", "600000", "o1", "h", "7", `[{"id":"warm","k":[["warm",1]]}]`)
 	before := vm()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/lanes-dev/lanes/scripts/lua"
 )
 
 // The -fcall mode counts what the server spends on real FCALLs of the
@@ -82,7 +84,7 @@ func library(v version, name string) (string, error) {
 		return "", err
 	}
 	code.WriteString(lib)
-	for _, s := range []string{"enqueue.lua", "heartbeat.lua", "release.lua", "inspect.lua", "doctor.lua", "record.lua"} {
+	for _, s := range lua.Scripts {
 		body, err := v.read(s)
 		if err != nil {
 			return "", err
@@ -135,10 +137,7 @@ func runFcall(versions []version, server string) error {
 // of the whole server for the run divided by sc.ops.
 func (s *server) countFcall(lib string, sc fcallScenario, tag string) (float64, error) {
 	ctx := context.Background()
-	keys := make([]string, 7)
-	for i, k := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta", "tombs"} {
-		keys[i] = "luacost:{" + tag + "}:" + k
-	}
+	keys := stateKeys(tag)
 	defer s.c.Del(ctx, keys...)
 	call := func(fn string, args ...any) error {
 		a := append([]any{"2", "h:"}, args...)

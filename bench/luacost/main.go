@@ -471,13 +471,20 @@ func (s *server) stop() {
 	os.RemoveAll(s.dir)
 }
 
-// count runs sc's setup, then its run under a zeroed callgrind counter,
-// and returns the instructions of the run divided by sc.ops.
-func (s *server) count(ctx context.Context, prelude string, sc scenario, tag string) (float64, error) {
+// stateKeys are the seven KEYS of the lanes scripts for a namespace of
+// its own, named by tag.
+func stateKeys(tag string) []string {
 	keys := make([]string, 7)
 	for i, k := range []string{"entries", "lanes", "queue", "deadlines", "nested", "meta", "tombs"} {
 		keys[i] = "luacost:{" + tag + "}:" + k
 	}
+	return keys
+}
+
+// count runs sc's setup, then its run under a zeroed callgrind counter,
+// and returns the instructions of the run divided by sc.ops.
+func (s *server) count(ctx context.Context, prelude string, sc scenario, tag string) (float64, error) {
+	keys := stateKeys(tag)
 	defer s.c.Del(ctx, keys...)
 	if err := s.c.ScriptFlush(ctx).Err(); err != nil {
 		return 0, err

@@ -1275,10 +1275,8 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- patterns cost more than a lookup), put in as a step writes them: the
   -- next step on the key or entry most often reads what the last one
   -- wrote. (A record read is not put in: the step that reads it most
-  -- often writes it anew.) At most VALID_MAX each, then forgotten; a
-  -- library's functions keep them between calls. A value is never changed
-  -- once in.
-  local RECS, LINES, RECS_N, LINES_N = {}, {}, 0, 0
+  -- often writes it anew.) A library's functions keep them between calls.
+  -- A value is never changed once in.
   -- SEEDS_CHECKED, true in the tests' copy of the library alone
   -- (leanfuzz_test.go), makes each value a lean step puts in as it writes
   -- be checked against a parse of the bytes it wrote (an error on a
@@ -1297,24 +1295,22 @@ do -- (the lean steps' helpers: locals of this block alone)
   local function seed_check(parse, raw, v)
     if SEEDS_CHECKED and not same(parse(raw), v) then error('lean seed differs from its parse: ' .. raw) end
   end
-  -- Each cache also holds at most CACHE_BYTES of the bytes it is keyed
-  -- by, and none longer than CACHE_ITEM: a key record grows by a holder at
-  -- a time, and keeping each of its lengths would cost memory with the
-  -- square of its holders.
+  -- A cache (t: bytes -> value) holds at most VALID_MAX values and
+  -- CACHE_BYTES of the bytes they are keyed by, none longer than
+  -- CACHE_ITEM, then is emptied: a key record grows by a holder at a time,
+  -- and keeping each of its lengths would cost memory with the square of
+  -- its holders.
   local CACHE_ITEM, CACHE_BYTES = 512, 262144
-  local RECS_B, LINES_B = 0, 0
-  local function rec_seen(raw, v)
+  local function cache() return {t = {}, n = 0, b = 0} end
+  local function put(c, raw, v)
     local n = #raw
     if n > CACHE_ITEM then return end
-    if RECS_N >= VALID_MAX or RECS_B + n > CACHE_BYTES then RECS, RECS_N, RECS_B = {}, 0, 0 end
-    RECS[raw], RECS_N, RECS_B = v, RECS_N + 1, RECS_B + n
+    if c.n >= VALID_MAX or c.b + n > CACHE_BYTES then c.t, c.n, c.b = {}, 0, 0 end
+    c.t[raw], c.n, c.b = v, c.n + 1, c.b + n
   end
-  local function line_seen(raw, v)
-    local n = #raw
-    if n > CACHE_ITEM then return end
-    if LINES_N >= VALID_MAX or LINES_B + n > CACHE_BYTES then LINES, LINES_N, LINES_B = {}, 0, 0 end
-    LINES[raw], LINES_N, LINES_B = v, LINES_N + 1, LINES_B + n
-  end
+  -- entry records (plain_rec), key records (lean_keys), one-request
+  -- enqueues by the bytes after the id (lean_requests)
+  local RECS, LINES, TAILS = cache(), cache(), cache()
   -- canon reports whether the digits s are a number as a step writes it
   -- (no leading zero): the lean steps copy what they read, and leave any
   -- other form to the general path, which rewrites it.
@@ -1353,12 +1349,10 @@ do -- (the lean steps' helpers: locals of this block alone)
   local LP_LANE = '^%["([^"\\]+)",([1-9]%d*)%]()'
   local LP_FIELDS = {'^,"c":"[^"\\]*"()', '^,"t":"[^"\\]*"()', '^,"n":"[^"\\]*"()'}
   local parse_requests
-  -- TAILS: what parse_requests made of a step of one request, by the bytes
-  -- after its id (',"k":[…]…}]', which alone decide the rest): {lanes,
-  -- lanes JSON, fields JSON}. A client sends the same few again and again
-  -- with new ids. At most VALID_MAX, then forgotten; a value is never
-  -- changed once in.
-  local TAILS, TAILS_N, TAILS_B = {}, 0, 0
+  -- lean_requests keeps in TAILS what parse_requests made of a step of one
+  -- request, by the bytes after its id (',"k":[…]…}]', which alone decide
+  -- the rest): {lanes, lanes JSON, fields JSON}. A client sends the same
+  -- few again and again with new ids.
   local function lean_requests(s)
     -- the id: up to the first quote, and without a backslash, as LP_REQ
     -- reads it
@@ -1367,18 +1361,14 @@ do -- (the lean steps' helpers: locals of this block alone)
     if not q or q == 9 then return nil end
     local id, tail = string.sub(s, 9, q - 1), string.sub(s, q)
     if string.find(id, '\\', 1, true) then return nil end
-    local v = TAILS[tail]
+    local v = TAILS.t[tail]
     if v then
       local reqs = {{id, v[1], v[2], v[3]}}
-      if SEEDS_CHECKED and not same(parse_requests(s), reqs) then error('lean seed differs from its parse: ' .. s) end
+      seed_check(parse_requests, s, reqs)
       return reqs
     end
     local reqs = parse_requests(s)
-    local n = #tail
-    if reqs and #reqs == 1 and n <= CACHE_ITEM then
-      if TAILS_N >= VALID_MAX or TAILS_B + n > CACHE_BYTES then TAILS, TAILS_N, TAILS_B = {}, 0, 0 end
-      TAILS[tail], TAILS_N, TAILS_B = {reqs[1][2], reqs[1][3], reqs[1][4]}, TAILS_N + 1, TAILS_B + n
-    end
+    if reqs and #reqs == 1 then put(TAILS, tail, {reqs[1][2], reqs[1][3], reqs[1][4]}) end
     return reqs
   end
   function parse_requests(s)
@@ -1426,7 +1416,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   local parse_rec
   local function plain_rec(raw)
     if not raw then return nil end
-    return RECS[raw] or parse_rec(raw)
+    return RECS.t[raw] or parse_rec(raw)
   end
   function parse_rec(raw)
     local o, pid, p = string.match(raw, RP_HEAD)
@@ -1472,7 +1462,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   local function rec_wrote(raw, owner, state, seq, enq, lanes, head)
     local v = {owner, state, seq, enq, lanes, head}
     seed_check(parse_rec, raw, v)
-    rec_seen(raw, v)
+    put(RECS, raw, v)
   end
 
   -- parse_line parses a key record: epoch, limit, token, waiters, holders
@@ -1509,7 +1499,7 @@ do -- (the lean steps' helpers: locals of this block alone)
       local st = {'0', 0, '', 0, nil}
       local raw = got[i + 1]
       if raw then
-        local v = LINES[raw]
+        local v = LINES.t[raw]
         if v then
           st[1] = v[3]
           if v[1] == EPOCH and (v[4] ~= '0' or v[5] ~= '') then
@@ -1529,12 +1519,12 @@ do -- (the lean steps' helpers: locals of this block alone)
     return ks
   end
 
+  -- The last second, ms and deadline the clock gave and their forms (steps
+  -- come many to a ms).
+  local CLOCK_S, CLOCK_SN, CLOCK_MS, CLOCK_MSS, CLOCK_DL, CLOCK_DLS
   -- lean_clock reads the Redis clock, and lean_whole whether deadlines is
   -- whole and nothing has expired (as expiring, which a lean step needs to
   -- find empty).
-  -- The last second, ms and deadline it read and their forms (steps come
-  -- many to a ms).
-  local CLOCK_S, CLOCK_SN, CLOCK_MS, CLOCK_MSS, CLOCK_DL, CLOCK_DLS
   local function lean_clock()
     local t = redis.call('TIME')
     if t[1] ~= CLOCK_S then CLOCK_S, CLOCK_SN = t[1], tonumber(t[1]) * 1000000 end
@@ -1570,7 +1560,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     if string.byte(w) ~= 45 and string.byte(st[1]) ~= 45 then -- -
       local v = {EPOCH, st[5], st[1], w, st[3], st[4], st[2]}
       seed_check(line_table, raw, v)
-      line_seen(raw, v)
+      put(LINES, raw, v)
     end
     return raw
   end
