@@ -24,17 +24,26 @@ var pauseSignals = pausesignal.C()
 // sigs brings (sched.Options.Pause): one that came since lanectl started,
 // before this call too, or one that comes later. The returned function
 // stops listening and reports whether a SIGUSR1 came, up to that call; it
-// reads what waits on sigs, so that none is left over. Call it once.
+// reads what waits on sigs, so that none is left over. Call it once. A
+// SIGUSR1 that came before the call closes the channel before it returns:
+// the goroutine that waits for a later one may not run before the batch
+// starts its first call.
 func pauseOnSIGUSR1(sigs <-chan os.Signal) (<-chan struct{}, func() bool) {
 	pause, quit, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		select {
-		case <-sigs:
-			close(pause)
-		case <-quit:
-		}
-	}()
+	select {
+	case <-sigs:
+		close(pause)
+		close(done)
+	default:
+		go func() {
+			defer close(done)
+			select {
+			case <-sigs:
+				close(pause)
+			case <-quit:
+			}
+		}()
+	}
 	return pause, func() bool {
 		close(quit)
 		<-done
