@@ -54,8 +54,8 @@ func benchSession(b *testing.B) (*lanes.Session, *roundTrips, *redis.Client) {
 // serverCalls is the sum of the calls of every command in INFO
 // commandstats but INFO itself. Redis 7 counts the commands a script runs
 // there too, so a script counts as 1 plus its inner commands.
-func serverCalls(b *testing.B, c *redis.Client) int64 {
-	return commandStat(b, c, "calls=", func(name string) bool { return name != "info" })
+func serverCalls(tb testing.TB, c *redis.Client) int64 {
+	return commandStat(tb, c, "calls=", func(name string) bool { return name != "info" })
 }
 
 // scriptTime is the µs Redis spent running scripts and functions (FCALL,
@@ -66,10 +66,11 @@ func scriptTime(b *testing.B, c *redis.Client) int64 {
 
 // commandStat sums one field (e.g. "calls=") of the commands of INFO
 // commandstats that count says to.
-func commandStat(b *testing.B, c *redis.Client, field string, count func(name string) bool) int64 {
+func commandStat(tb testing.TB, c *redis.Client, field string, count func(name string) bool) int64 {
+	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	var total int64
 	for _, line := range strings.Split(info, "\n") {

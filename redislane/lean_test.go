@@ -33,8 +33,9 @@ func warm(t *testing.T, b lanes.Backend, o lanes.Owner) {
 }
 
 // A plain enqueue and its release are taken by the lean steps: the record
-// is written in the form plain_rec reads (the general path writes it with
-// cjson, in another order), and still reads as the JSON the protocol names.
+// is written in the form plain_rec reads (as the general path writes a
+// plain entry's: TestLeanStepsOnBusyKeyRealRedis), and still reads as the
+// JSON the protocol names.
 func TestLeanRecordForm(t *testing.T) {
 	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()

@@ -18,41 +18,89 @@ import (
 
 // fcallScenario is one kind of step sent as FCALLs: setup (not counted)
 // and run (counted) send them through call; ops is the divisor.
+// caller sends one FCALL of the library's function fn (enqueue, release,
+// …) with ARGV after the protocol and prefix, and returns its reply.
+type caller func(fn string, args ...any) ([]any, error)
+
 type fcallScenario struct {
 	name, what string
-	setup, run func(call func(fn string, args ...any) error, r string) error
+	setup, run func(call caller, r string) error
 	ops        int
 }
 
 var fcallScenarios = []fcallScenario{
 	{
 		name: "acquire+release, one key", what: "one uncontended acquire and release of key k, 500 times", ops: 500,
-		run: func(call func(string, ...any) error, r string) error {
+		run: func(call caller, r string) error {
 			return acqRelLoop(call, r, func(int) string { return "k" })
 		},
 	},
 	{
 		name: "acquire+release, new keys", what: "the same, each on a key never used before", ops: 500,
-		run: func(call func(string, ...any) error, r string) error {
+		run: func(call caller, r string) error {
 			return acqRelLoop(call, r, func(i int) string { return fmt.Sprintf("k%s-%d", r, i) })
 		},
 	},
 	{
 		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (both enqueued just before, not counted), 200 times", ops: 200,
-		setup: func(call func(string, ...any) error, r string) error {
+		setup: func(call caller, r string) error {
 			for i := range 200 {
-				if err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+				if _, err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
 					return err
 				}
-				if err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+				if _, err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
 					return err
 				}
 			}
 			return nil
 		},
-		run: func(call func(string, ...any) error, r string) error {
+		run: func(call caller, r string) error {
 			for i := range 200 {
-				if err := call("release", "holder", "0", fmt.Sprintf("h%s-%d", r, i)); err != nil {
+				if _, err := call("release", "holder", "0", fmt.Sprintf("h%s-%d", r, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	},
+	{
+		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the holder enqueued just before, not counted), 200 times", ops: 200,
+		setup: func(call caller, r string) error {
+			for i := range 200 {
+				if _, err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+		run: func(call caller, r string) error {
+			for i := range 200 {
+				if _, err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	},
+	{
+		name: "one key, two owners in turn", what: "per grant: the holder's release grants the waiter, then the holder queues again behind it (the one-key throughput cell's steps), 400 grants; the first holder's enqueue takes the general path (its TTL is longer than any before), as any general step on a key that stays busy", ops: 400,
+		setup: func(call caller, r string) error {
+			if _, err := call("enqueue", "600000", "o0", "host", "1", `[{"id":"t`+r+`-0","k":[["k",1]]}]`); err != nil {
+				return err
+			}
+			_, err := call("enqueue", "600000", "o1", "host", "1", `[{"id":"t`+r+`-1","k":[["k",1]]}]`)
+			return err
+		},
+		run: func(call caller, r string) error {
+			for i := range 400 {
+				rep, err := call("release", fmt.Sprintf("o%d", i%2), "0", fmt.Sprintf("t%s-%d", r, i))
+				if err != nil {
+					return err
+				}
+				if g, _ := rep[2].([]any); len(g) != 1 || g[0] != fmt.Sprintf("t%s-%d", r, i+1) {
+					return fmt.Errorf("release %d granted %v, want t%s-%d", i, rep[2], r, i+1)
+				}
+				if _, err := call("enqueue", "600000", fmt.Sprintf("o%d", i%2), "host", "1", fmt.Sprintf(`[{"id":"t%s-%d","k":[["k",1]]}]`, r, i+2)); err != nil {
 					return err
 				}
 			}
@@ -61,13 +109,13 @@ var fcallScenarios = []fcallScenario{
 	},
 }
 
-func acqRelLoop(call func(string, ...any) error, r string, key func(int) string) error {
+func acqRelLoop(call caller, r string, key func(int) string) error {
 	for i := range 500 {
 		id := fmt.Sprintf("e%s-%d", r, i)
-		if err := call("enqueue", "30000", "o1", "host", "1", `[{"id":"`+id+`","k":[["`+key(i)+`",1]]}]`); err != nil {
+		if _, err := call("enqueue", "30000", "o1", "host", "1", `[{"id":"`+id+`","k":[["`+key(i)+`",1]]}]`); err != nil {
 			return err
 		}
-		if err := call("release", "o1", "0", id); err != nil {
+		if _, err := call("release", "o1", "0", id); err != nil {
 			return err
 		}
 	}
@@ -139,20 +187,21 @@ func (s *server) countFcall(lib string, sc fcallScenario, tag string) (float64, 
 	ctx := context.Background()
 	keys := stateKeys(tag)
 	defer s.c.Del(ctx, keys...)
-	call := func(fn string, args ...any) error {
+	call := func(fn string, args ...any) ([]any, error) {
 		a := append([]any{"2", "h:"}, args...)
 		v, err := s.c.FCall(ctx, lib+"_"+fn, keys, a...).Result()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if r, ok := v.([]any); !ok || len(r) != 3 {
-			return fmt.Errorf("%s answered %v", fn, v)
+		r, ok := v.([]any)
+		if !ok || len(r) != 3 {
+			return nil, fmt.Errorf("%s answered %v", fn, v)
 		}
-		return nil
+		return r, nil
 	}
 	r := "r" + tag
 	// a first step of the namespace makes its state (not counted)
-	if err := call("enqueue", "30000", "o0", "host", "1", `[{"id":"warm","k":[["warm",1]]}]`); err != nil {
+	if _, err := call("enqueue", "30000", "o0", "host", "1", `[{"id":"warm","k":[["warm",1]]}]`); err != nil {
 		return 0, err
 	}
 	if sc.setup != nil {

@@ -242,10 +242,76 @@ local function mcall(cmd, key, list, first)
   return out
 end
 
+-- plain_json is the record of e (without its id) in the form the lean
+-- steps write and read (plain_rec): its fields in the order o h p c t n k
+-- s q e g x, no space, tokens in lane order. Only for a plain entry (no
+-- field but those, so no lineage, borrowing, lending or end; no rate
+-- lane) whose strings JSON writes as their bytes and whose numbers are
+-- whole, not negative and exact in a double; nil for any other, which
+-- cjson writes. Both are the same JSON object, read by field name. So an
+-- entry a general step wrote can take a lean step next: on a key that
+-- never goes idle, each hand-off writes the next holder's record, and
+-- the lean steps would otherwise never find one they read.
+local PLAIN_FIELDS = {o = true, h = true, p = true, c = true, t = true, n = true,
+                      k = true, s = true, q = true, e = true, g = true, x = true}
+local PLAIN_OPTIONAL = {'c', 't', 'n'}
+local function plain_str(v) return type(v) == 'string' and not string.find(v, '[%c"\\]') end
+local function plain_num(v) return type(v) == 'number' and v >= 0 and v < 9007199254740992 and v % 1 == 0 end
+-- size is the number of fields of the table t, or nil when t is no table.
+local function size(t)
+  if type(t) ~= 'table' then return nil end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n
+end
+local function plain_json(e)
+  for f in pairs(e) do
+    if not PLAIN_FIELDS[f] then return nil end
+  end
+  local k = e.k
+  if not (plain_str(e.o) and plain_str(e.h) and plain_num(e.p) and plain_num(e.q) and plain_num(e.e)
+      and size(k) == #k and #k > 0) then
+    return nil
+  end
+  local out = {'{"o":"', e.o, '","h":"', e.h, '","p":', dec(e.p)}
+  for _, f in ipairs(PLAIN_OPTIONAL) do
+    local v = e[f]
+    if v ~= nil then
+      if not plain_str(v) then return nil end
+      out[#out + 1] = ',"' .. f .. '":"' .. v .. '"'
+    end
+  end
+  out[#out + 1] = ',"k":['
+  for i = 1, #k do
+    local kl = k[i]
+    -- [key, limit]: a rate lane has five elements
+    if size(kl) ~= 2 or not plain_str(kl[1]) or kl[1] == '' or not plain_num(kl[2]) then return nil end
+    out[#out + 1] = (i > 1 and ',["' or '["') .. kl[1] .. '",' .. dec(kl[2]) .. ']'
+  end
+  out[#out + 1] = '],"s":"' .. tostring(e.s) .. '","q":' .. dec(e.q) .. ',"e":' .. dec(e.e)
+  if e.s == 'w' then
+    if e.g ~= nil or e.x ~= nil then return nil end
+  elseif e.s == 'h' then
+    local x = e.x
+    if not plain_num(e.g) or size(x) ~= #k then return nil end -- a token per lane, no other
+    out[#out + 1] = ',"g":' .. dec(e.g) .. ',"x":{'
+    for i = 1, #k do
+      local tok = x[k[i][1]]
+      if type(tok) ~= 'string' or not string.find(tok, '^[1-9]%d*$') then return nil end
+      out[#out + 1] = (i > 1 and ',"' or '"') .. k[i][1] .. '":"' .. tok .. '"'
+    end
+    out[#out + 1] = '}'
+  else
+    return nil
+  end
+  out[#out + 1] = '}'
+  return table.concat(out)
+end
+
 local function store(e)
   local id = e.id
   e.id = nil
-  local raw = cjson.encode(e)
+  local raw = plain_json(e) or cjson.encode(e)
   e.id = id
   if PUT then
     PUT.e[#PUT.e + 1] = id

@@ -1,0 +1,103 @@
+package redislane_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lanes-dev/lanes/scripts/lua"
+)
+
+// TestLeanStepsOnBusyKeyRealRedis: on a key that never goes idle, the
+// lean steps take every hand-off and every enqueue behind a holder, though
+// the namespace's first step took the general path. Before, the general
+// path wrote its records with cjson, in an order the lean steps do not
+// read: a release of the holder it made went general, that release wrote
+// the next holder's record with cjson, the next enqueue behind that holder
+// read it and went general too, and so on for as long as the key stayed
+// busy (1.1 million instructions per grant instead of 0.6, by luacost
+// -fcall "one key, two owners in turn"). Now the general path writes a
+// plain entry's record in the lean form (plain_json in lib.lua).
+//
+// Each step's count of the commands Redis ran inside it (INFO
+// commandstats, on a private redis-server: RealRedis) is compared with the
+// same step in a namespace whose records the lean steps wrote (a warm
+// namespace, as in lean_test.go): the general path runs more commands for
+// both (its full check, its scan), so an equal count is the lean path.
+func TestLeanStepsOnBusyKeyRealRedis(t *testing.T) {
+	c := fuzzClient(t)
+	ctx := context.Background()
+	name, code := lua.Library()
+	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	f := &fz{t: t, c: c}
+	inner := func() int64 {
+		return commandStat(t, c, "calls=", func(name string) bool {
+			return name != "info" && name != "fcall" && name != "hello" && name != "client"
+		})
+	}
+	// step runs one script and returns its reply and the commands it ran.
+	step := func(ns, script string, args ...any) ([]any, int64) {
+		t.Helper()
+		n0 := inner()
+		v, err := f.call(name, ns, script, args)
+		if err != nil {
+			t.Fatalf("%s %v: %v", script, args, err)
+		}
+		r, ok := v.([]any)
+		if !ok || len(r) != 3 {
+			t.Fatalf("%s %v = %v", script, args, v)
+		}
+		return r, inner() - n0
+	}
+	enqueue := func(ns, owner, id string) ([]any, int64) {
+		return step(ns, "enqueue", "600000", owner, "host", "7", `[{"id":"`+id+`","k":[["k",1]]}]`)
+	}
+	// release releases id and checks that it granted next alone.
+	release := func(ns, owner, id, next string) int64 {
+		t.Helper()
+		r, n := step(ns, "release", owner, "0", id)
+		if g, _ := r[2].([]any); len(g) != 1 || g[0] != next {
+			t.Fatalf("release of %s granted %v; want %s", id, r[2], next)
+		}
+		return n
+	}
+	for _, ns := range []string{"busy-warm", "busy"} {
+		t.Cleanup(func() { c.Del(context.Background(), nsKeys(ns)...) })
+	}
+
+	// The reference: records the lean steps wrote.
+	step("busy-warm", "enqueue", "600000", "o0", "host", "7", `[{"id":"warm","k":[["warm",1]]}]`)
+	enqueue("busy-warm", "o0", "h")
+	_, wantEnq := enqueue("busy-warm", "o1", "w")
+	wantRel := release("busy-warm", "o0", "h", "w")
+
+	// The busy key: its first step makes the state (the general path),
+	// and its records are in the lean form from the start.
+	r, _ := enqueue("busy", "o0", "t0")
+	rec, err := c.HGet(ctx, nsKeys("busy")[0], "t0").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r[1].([]any)[0].([]any)
+	var e int64
+	if _, err := fmt.Sscanf(rec[strings.Index(rec, `"e":`):], `"e":%d`, &e); err != nil {
+		t.Fatalf("record %s: %v", rec, err)
+	}
+	want := fmt.Sprintf(`{"o":"o0","h":"host","p":7,"k":[["k",1]],"s":"h","q":0,"e":%d,"g":%d,"x":{"k":"%s"}}`, e, e, st[2].([]any)[1])
+	if rec != want {
+		t.Errorf("the general path's record\n %s\nwant the lean form\n %s", rec, want)
+	}
+	enqueue("busy", "o1", "t1")
+	for i := range 6 {
+		owner := fmt.Sprintf("o%d", i%2)
+		if n := release("busy", owner, fmt.Sprintf("t%d", i), fmt.Sprintf("t%d", i+1)); n != wantRel {
+			t.Errorf("hand-off %d ran %d commands; the lean hand-off runs %d", i, n, wantRel)
+		}
+		if _, n := enqueue("busy", owner, fmt.Sprintf("t%d", i+2)); n != wantEnq {
+			t.Errorf("enqueue %d behind the holder ran %d commands; the lean enqueue runs %d", i, n, wantEnq)
+		}
+	}
+}
