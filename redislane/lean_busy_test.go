@@ -101,3 +101,71 @@ func TestLeanStepsOnBusyKeyRealRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestLeanEnqueueWhileTombstonesLiveRealRedis: a tombstone in the
+// namespace sends to the general path only the enqueues of its own id.
+// Before, every enqueue of the namespace went general while any tombstone
+// lived: for an hour after an operator's release by force (its
+// tombstones last lanes.MaxTTL), for twice the TTL after a settle. Now the
+// lean enqueue asks tombs about its ids (one ZMSCORE) and goes on when
+// none has one; an id settled is still refused ("t") and an id released
+// by force is enqueued, its tombstone cleared, by the general path. On a
+// private redis-server (RealRedis); commands counted as in
+// TestLeanStepsOnBusyKeyRealRedis.
+func TestLeanEnqueueWhileTombstonesLiveRealRedis(t *testing.T) {
+	c := fuzzClient(t)
+	ctx := context.Background()
+	name, code := lua.Library()
+	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	f := &fz{t: t, c: c}
+	inner := func() int64 {
+		return commandStat(t, c, "calls=", func(name string) bool {
+			return name != "info" && name != "fcall" && name != "hello" && name != "client"
+		})
+	}
+	step := func(ns, script string, args ...any) ([]any, int64) {
+		t.Helper()
+		n0 := inner()
+		v, err := f.call(name, ns, script, args)
+		if err != nil {
+			t.Fatalf("%s %v: %v", script, args, err)
+		}
+		r, ok := v.([]any)
+		if !ok || len(r) != 3 {
+			t.Fatalf("%s %v = %v", script, args, v)
+		}
+		return r, inner() - n0
+	}
+	// state is what an enqueue of id on its own key answered.
+	enqueue := func(ns, id string) (string, int64) {
+		r, n := step(ns, "enqueue", "600000", "o1", "host", "7", `[{"id":"`+id+`","k":[["k-`+id+`",1]]}]`)
+		return r[1].([]any)[0].([]any)[1].(string), n
+	}
+	for _, ns := range []string{"tomb-none", "tomb"} {
+		t.Cleanup(func() { c.Del(context.Background(), nsKeys(ns)...) })
+		enqueue(ns, "warm") // the state, and the TTL noted
+	}
+	_, want := enqueue("tomb-none", "a")
+
+	// In "tomb": one id released by force (its tombstone lasts an hour),
+	// one settled by its owner.
+	enqueue("tomb", "forced")
+	step("tomb", "release", "", "3600000", "forced")
+	enqueue("tomb", "settled")
+	step("tomb", "release", "o1", "600000", "settled")
+
+	if st, n := enqueue("tomb", "a"); st != "h" || n != want+1 {
+		t.Errorf("enqueue of a new id while tombstones live: %q in %d commands; want h in %d (the lean step and one ZMSCORE of tombs)", st, n, want+1)
+	}
+	if st, _ := enqueue("tomb", "settled"); st != "t" {
+		t.Errorf("enqueue of the settled id: %q; want t (refused while its tombstone lives)", st)
+	}
+	if st, _ := enqueue("tomb", "forced"); st != "h" {
+		t.Errorf("enqueue of the id released by force: %q; want h", st)
+	}
+	if err := c.ZScore(ctx, nsKeys("tomb")[6], "f\x00forced").Err(); err == nil {
+		t.Errorf("the tombstone of the id released by force outlived its new entry")
+	}
+}

@@ -1659,6 +1659,25 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
   end
 
+  -- lean_untombed reports whether no id of ids has a tombstone (s, f or
+  -- v, lapsed or not), for an enqueue while one may live: the general path
+  -- refuses an id settled since ("t") and clears the others' as it makes
+  -- the entry, so a request with any is its to take. (Before, every
+  -- enqueue of the namespace went general while a tombstone lived: for an
+  -- hour after an operator's release by force.)
+  local function lean_untombed(ids)
+    local ms = {}
+    for i = 1, #ids do
+      local id = ids[i]
+      ms[3 * i - 2], ms[3 * i - 1], ms[3 * i] = 's\0' .. id, 'f\0' .. id, 'v\0' .. id
+    end
+    local got = mcall('ZMSCORE', K_TOMBS, ms)
+    for i = 1, #ms do
+      if got[i] then return false end
+    end
+    return true
+  end
+
   local function lean_begin(KEYS, ARGV)
     K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
       KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -1729,7 +1748,8 @@ do -- (the lean steps' helpers: locals of this block alone)
       if ents[i + 1] then return nil end
     end
     local ks = lean_keys(keys)
-    if not ks or FROZEN > NOW or NOW < TOMBS or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+    if not ks or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+    if NOW < TOMBS and not lean_untombed(ids) then return nil end
 
     -- A key with holders or waiters keeps its limit, and the rate its
     -- holders carry must be none (rate_recorded reads the first holder's
