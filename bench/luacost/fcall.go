@@ -107,6 +107,19 @@ var fcallScenarios = []fcallScenario{
 			return nil
 		},
 	},
+	{
+		name: "acquire+release, a tombstone alive", what: "the same on one key, after an operator's release by force of another entry (its tombstone lives an hour)", ops: 500,
+		setup: func(call caller, r string) error {
+			if _, err := call("enqueue", "30000", "o1", "host", "1", `[{"id":"forced`+r+`","k":[["f",1]]}]`); err != nil {
+				return err
+			}
+			_, err := call("release", "", "3600000", "forced"+r)
+			return err
+		},
+		run: func(call caller, r string) error {
+			return acqRelLoop(call, r, func(int) string { return "k" })
+		},
+	},
 }
 
 func acqRelLoop(call caller, r string, key func(int) string) error {
