@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
 
@@ -28,30 +30,7 @@ import (
 func TestLeanStepsOnBusyKeyRealRedis(t *testing.T) {
 	c := fuzzClient(t)
 	ctx := context.Background()
-	name, code := lua.Library()
-	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	f := &fz{t: t, c: c}
-	inner := func() int64 {
-		return commandStat(t, c, "calls=", func(name string) bool {
-			return name != "info" && name != "fcall" && name != "hello" && name != "client"
-		})
-	}
-	// step runs one script and returns its reply and the commands it ran.
-	step := func(ns, script string, args ...any) ([]any, int64) {
-		t.Helper()
-		n0 := inner()
-		v, err := f.call(name, ns, script, args)
-		if err != nil {
-			t.Fatalf("%s %v: %v", script, args, err)
-		}
-		r, ok := v.([]any)
-		if !ok || len(r) != 3 {
-			t.Fatalf("%s %v = %v", script, args, v)
-		}
-		return r, inner() - n0
-	}
+	step := countedSteps(t, c)
 	enqueue := func(ns, owner, id string) ([]any, int64) {
 		return step(ns, "enqueue", "600000", owner, "host", "7", `[{"id":"`+id+`","k":[["k",1]]}]`)
 	}
@@ -115,29 +94,7 @@ func TestLeanStepsOnBusyKeyRealRedis(t *testing.T) {
 func TestLeanEnqueueWhileTombstonesLiveRealRedis(t *testing.T) {
 	c := fuzzClient(t)
 	ctx := context.Background()
-	name, code := lua.Library()
-	if err := c.FunctionLoad(ctx, code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	f := &fz{t: t, c: c}
-	inner := func() int64 {
-		return commandStat(t, c, "calls=", func(name string) bool {
-			return name != "info" && name != "fcall" && name != "hello" && name != "client"
-		})
-	}
-	step := func(ns, script string, args ...any) ([]any, int64) {
-		t.Helper()
-		n0 := inner()
-		v, err := f.call(name, ns, script, args)
-		if err != nil {
-			t.Fatalf("%s %v: %v", script, args, err)
-		}
-		r, ok := v.([]any)
-		if !ok || len(r) != 3 {
-			t.Fatalf("%s %v = %v", script, args, v)
-		}
-		return r, inner() - n0
-	}
+	step := countedSteps(t, c)
 	// state is what an enqueue of id on its own key answered.
 	enqueue := func(ns, id string) (string, int64) {
 		r, n := step(ns, "enqueue", "600000", "o1", "host", "7", `[{"id":"`+id+`","k":[["k-`+id+`",1]]}]`)
@@ -167,5 +124,36 @@ func TestLeanEnqueueWhileTombstonesLiveRealRedis(t *testing.T) {
 	}
 	if err := c.ZScore(ctx, nsKeys("tomb")[6], "f\x00forced").Err(); err == nil {
 		t.Errorf("the tombstone of the id released by force outlived its new entry")
+	}
+}
+
+// countedSteps loads the library on c, a private redis-server, and
+// returns a function that runs one of its scripts on the namespace ns and
+// returns its reply and the count of the commands Redis ran inside it
+// (INFO commandstats, but for the FCALL, INFO and the client's own
+// commands).
+func countedSteps(t *testing.T, c *redis.Client) func(ns, script string, args ...any) ([]any, int64) {
+	name, code := lua.Library()
+	if err := c.FunctionLoad(context.Background(), code).Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	f := &fz{t: t, c: c}
+	inner := func() int64 {
+		return commandStat(t, c, "calls=", func(name string) bool {
+			return name != "info" && name != "fcall" && name != "hello" && name != "client"
+		})
+	}
+	return func(ns, script string, args ...any) ([]any, int64) {
+		t.Helper()
+		n0 := inner()
+		v, err := f.call(name, ns, script, args)
+		if err != nil {
+			t.Fatalf("%s %v: %v", script, args, err)
+		}
+		r, ok := v.([]any)
+		if !ok || len(r) != 3 {
+			t.Fatalf("%s %v = %v", script, args, v)
+		}
+		return r, inner() - n0
 	}
 }
