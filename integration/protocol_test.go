@@ -1707,10 +1707,20 @@ func TestProtocolLeanPathRealRedis(t *testing.T) {
 			r.mustEnqueue(o, 1, []string{"X", "h"}, req("X", lane("x", 1)))
 			time.Sleep(20 * time.Millisecond)
 		}, func(r *protoRunner) func() any { return enq(r, ttl, []string{"A", "h"}, req("A", lane("k", 1))) }, false}, // no live deadline: no freeze
-		{"enqueue: a live tombstone", func(r *protoRunner) {
+		{"enqueue: a live tombstone of another id", func(r *protoRunner) {
 			r.mustEnqueue(o, ttl, []string{"H", "h"}, req("H", lane("busy", 1)))
 			r.release(o, 60000, "gone")
-		}, func(r *protoRunner) func() any { return enq(r, ttl, []string{"A", "w"}, req("A", lane("k", 1))) }, false},
+		}, func(r *protoRunner) func() any { return enq(r, ttl, []string{"A", "h"}, req("A", lane("k", 1))) }, true},
+		{"enqueue: a live tombstone of its id", func(r *protoRunner) {
+			r.mustEnqueue(o, ttl, []string{"H", "h"}, req("H", lane("busy", 1)))
+			r.release(o, 60000, "A")
+		}, func(r *protoRunner) func() any { return enq(r, ttl, []string{"A", "t"}, req("A", lane("k", 1))) }, false},
+		{"enqueue: a lapsed tombstone of its id", func(r *protoRunner) {
+			r.mustEnqueue(o, ttl, []string{"H", "h"}, req("H", lane("busy", 1)))
+			r.release(o, 60000, "gone")
+			r.release(o, 1, "A")
+			time.Sleep(20 * time.Millisecond)
+		}, func(r *protoRunner) func() any { return enq(r, ttl, []string{"A", "w"}, req("A", lane("k", 1))) }, false}, // reset: frozen
 		{"enqueue: frozen", func(r *protoRunner) {
 			r.mustEnqueue(o, ttl, []string{"H", "h"}, req("H", lane("busy", 1)))
 			r.c.Del(context.Background(), r.key("queue"))
