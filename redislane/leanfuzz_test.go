@@ -610,6 +610,15 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 	}
 	same := func(int) string { return "S" }
 	own := func(i int) string { return fmt.Sprintf("k%d", i) }
+	enqAs := func(o, host, pid, js string) fop {
+		return fop{desc: "enq " + o + " pid " + pid + " " + js, script: "enqueue", args: []any{"60000", o, host, pid, js}}
+	}
+	settle := func(o string, ids ...string) fop { // tombstones for a minute
+		return fop{desc: fmt.Sprintf("settle %s %v", o, ids), script: "release", args: append([]any{o, "60000"}, anys(ids)...)}
+	}
+	del := func(i int) fop {
+		return fop{desc: "DEL " + nsKeys("")[i], raw: func(ns string) { c.Del(context.Background(), nsKeys(ns)[i]) }}
+	}
 	scen := map[string][]fop{
 		"100 on one key":     {enq("o1", "60000", reqs("r", 100, same, 1)), rel("o1", "r0"), rel("o1", "r1"), enq("o2", "60000", reqs("q", 100, same, 1))},
 		"101 on one key":     {enq("o1", "60000", reqs("r", 101, same, 1)), rel("o1", "r0")},
@@ -694,6 +703,52 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 			enq("o1", "60000", `[{"id":"g\\","k":[["S",1]],"c":"x","t":"y","n":"z"}]`),
 			enq("o1", "60000", `[{"id":"h","k":[["S",1]],"c":"x","t":"y","n":"z"},{"id":"i","k":[["S",1]],"c":"x","t":"y","n":"z"}]`),
 		},
+		// records the general path wrote in the lean form (plain_json),
+		// read by lean steps after it: a waiter taken over by another
+		// owner, hand-offs by the general path, one by a heartbeat (review
+		// of 498ac6d)
+		"take over then lean hand-off": {
+			enq("o1", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o2", "60000", `[{"id":"w","k":[["S",1]],"t":"a/b"}]`),
+			enqAs("o/3", "hé/x", "4294967295", `[{"id":"w","k":[["S",1]],"t":"a/b"}]`),
+			rel("o1", "h"), rel("o/3", "w"),
+		},
+		"general hand-off chain": {
+			enq("o1", "60000", `[{"id":"h","k":[["S",1]]}]`),
+			enq("o2", "60000", `[{"id":"w1","k":[["S",1]],"c":"é"}, {"id":"w2","k":[["S",1]]}]`),
+			enq("o2", "60000", `[{"id":"w3","k":[["S",1]],"n":""}]`),
+			rel("o1", "h"), rel("o2", "w1"), rel("o2", "w2"), rel("o2", "w3"),
+		},
+		"heartbeat hand-off then lean": {
+			enq("o1", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o2", "60000", `[{"id":"w","k":[["S",1]]}]`),
+			{desc: "ZREM deadline h", raw: func(ns string) { c.ZRem(context.Background(), nsKeys(ns)[3], "h") }},
+			{desc: "hb o2 w", script: "heartbeat", args: []any{"60000", "o2", "w"}},
+			enq("o1", "60000", `[{"id":"x","k":[["S",1]]}]`), rel("o2", "w"), rel("o1", "x"),
+		},
+		// a pid of -0 (cjson writes it so; plain_json leaves it to cjson),
+		// shown by the refusal of another owner's enqueue of its id
+		"pid -0": {enqAs("o1", "h", "-0", `[{"id":"a","k":[["S",1]]}]`), enq("o2", "60000", `[{"id":"a","k":[["S",1]]}]`)},
+		// tombstones of other ids alive: both lean paths take an enqueue
+		// on an idle key as when none lives, without the markers of queue,
+		// nested and meta or the sequence numbers (review of bfa77be)
+		"settle, lost queue, enqueue idle":  {settle("o1", "z"), del(2), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`)},
+		"settle, lost nested, enqueue idle": {settle("o1", "z"), del(4), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`)},
+		"settle, lost meta, enqueue idle":   {settle("o1", "z"), del(5), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`)},
+		"holder, settle, lost queue, enqueue idle": {
+			enq("o2", "60000", `[{"id":"h","k":[["T",1]]}]`), settle("o1", "z"), del(2), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`),
+		},
+		"seq at its end, a waiter, a settle": {
+			enq("o1", "60000", `[{"id":"h","k":[["T",1]]}]`), enq("o2", "60000", `[{"id":"w","k":[["T",1]]}]`),
+			{desc: "meta seq MAX", raw: func(ns string) { c.HSet(context.Background(), nsKeys(ns)[5], "seq", "99999999999999") }},
+			settle("o1", "z"), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`),
+		},
+		"seq at its end, a settle": {
+			{desc: "meta seq MAX", raw: func(ns string) { c.HSet(context.Background(), nsKeys(ns)[5], "seq", "99999999999999") }},
+			settle("o1", "z"), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`),
+		},
+		"settled id, lapsed, again": {
+			settle("o1", "z"), {desc: "settle z 1 ms", script: "release", args: []any{"o1", "1", "y"}},
+			{desc: "sleep", sleep: 20 * time.Millisecond}, enq("o1", "60000", `[{"id":"y","k":[["S",1]]}]`), enq("o1", "60000", `[{"id":"z","k":[["S",1]]}]`),
+		},
 	}
 	for name, ops := range scen {
 		t.Run(name, func(t *testing.T) {
@@ -724,11 +779,16 @@ func (f *fz) begin(keys ...string) {
 
 // relOp is the release by owner o of ids (no tombstone).
 func relOp(o string, ids ...string) fop {
-	a := []any{o, "0"}
-	for _, id := range ids {
-		a = append(a, id)
+	return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: append([]any{o, "0"}, anys(ids)...)}
+}
+
+// anys is ids as arguments.
+func anys(ids []string) []any {
+	a := make([]any, len(ids))
+	for i, id := range ids {
+		a[i] = id
 	}
-	return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: a}
+	return a
 }
 
 // runScenario runs ops on a fresh namespace, warmed (its steps may be

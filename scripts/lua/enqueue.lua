@@ -112,7 +112,7 @@ do
 end
 
 -- The lean path: a step whose requests are all new (no entry, no
--- tombstone), without lineage, on keys with neither holders nor waiters,
+-- tombstone of their ids), without lineage, on keys with neither holders nor waiters,
 -- each named once in the step, while nothing has expired and nothing is
 -- frozen, is granted whole from what two reads gave (the markers of lanes
 -- and entries with the records), in at most one write per key, entry and
@@ -131,7 +131,7 @@ end
 err = open(true, keys, ids)
 if err then return err end
 local exp, whole = expiring()
-local lean = whole and #exp == 0 and FROZEN <= NOW and NOW >= TOMBS
+local lean = whole and #exp == 0 and FROZEN <= NOW and untombed(ids)
 for _, r in ipairs(reqs) do
   if not lean then break end
   if ERAW[r.id] or r.l then lean = false end
@@ -404,9 +404,7 @@ for i, r in ipairs(reqs) do
       if words then
         out[i] = {r.id, 'c', {words, cjson.encode({entries = entries, keys = keys})}}
       else
-        -- an earlier entry's tombstones of a forced release or a
-        -- revocation: this entry's release is not told of them
-        if NOW < TOMBS then redis.call('ZREM', K_TOMBS, 'f\0' .. r.id, 'v\0' .. r.id) end
+        clear_tombs(r.id)
         for _, a in ipairs(r.l or {}) do
           redis.call('ZADD', K_NESTED, '0', a .. '\0' .. r.id)
         end

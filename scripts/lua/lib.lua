@@ -256,7 +256,7 @@ local PLAIN_FIELDS = {o = true, h = true, p = true, c = true, t = true, n = true
                       k = true, s = true, q = true, e = true, g = true, x = true}
 local PLAIN_OPTIONAL = {'c', 't', 'n'}
 local function plain_str(v) return type(v) == 'string' and not string.find(v, '[%c"\\]') end
-local function plain_num(v) return type(v) == 'number' and v >= 0 and v < 9007199254740992 and v % 1 == 0 end
+local function plain_num(v) return type(v) == 'number' and v >= 0 and 1 / v > 0 and v < 9007199254740992 and v % 1 == 0 end -- 1 / v: not -0, which cjson writes "-0"
 -- size is the number of fields of the table t, or nil when t is no table.
 local function size(t)
   if type(t) ~= 'table' then return nil end
@@ -384,6 +384,35 @@ end
 local function tombed(id, kind)
   if NOW >= TOMBS then return false end
   return tonumber(redis.call('ZSCORE', K_TOMBS, kind .. '\0' .. id) or '0') > NOW
+end
+
+-- untombed reports whether no id of ids has a tombstone (s, f or v,
+-- lapsed or not): true at once while none can live (NOW >= TOMBS), else
+-- one ZMSCORE. An enqueue takes a lean path only then: the general path
+-- refuses an id settled since ("t") and clears the others' tombstones as
+-- it makes the entry (clear_tombs), so a request with any is its to take,
+-- and one with none is taken as when no tombstone lives. (Before, every
+-- enqueue of the namespace took the general path while a tombstone
+-- lived: for an hour after an operator's release by force.)
+local function untombed(ids)
+  if NOW >= TOMBS then return true end
+  local ms = {}
+  for i = 1, #ids do
+    local id = ids[i]
+    ms[3 * i - 2], ms[3 * i - 1], ms[3 * i] = 's\0' .. id, 'f\0' .. id, 'v\0' .. id
+  end
+  local got = mcall('ZMSCORE', K_TOMBS, ms)
+  for i = 1, #ms do
+    if got[i] then return false end
+  end
+  return true
+end
+
+-- clear_tombs removes the tombstones of a forced release or a revocation
+-- of an earlier entry of id, as a new entry of id is made: its release is
+-- not told of them.
+local function clear_tombs(id)
+  if NOW < TOMBS then redis.call('ZREM', K_TOMBS, 'f\0' .. id, 'v\0' .. id) end
 end
 
 -- Key records, read and changed through a cache, written once by flush.
@@ -1659,25 +1688,6 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
   end
 
-  -- lean_untombed reports whether no id of ids has a tombstone (s, f or
-  -- v, lapsed or not), for an enqueue while one may live: the general path
-  -- refuses an id settled since ("t") and clears the others' as it makes
-  -- the entry, so a request with any is its to take. (Before, every
-  -- enqueue of the namespace went general while a tombstone lived: for an
-  -- hour after an operator's release by force.)
-  local function lean_untombed(ids)
-    local ms = {}
-    for i = 1, #ids do
-      local id = ids[i]
-      ms[3 * i - 2], ms[3 * i - 1], ms[3 * i] = 's\0' .. id, 'f\0' .. id, 'v\0' .. id
-    end
-    local got = mcall('ZMSCORE', K_TOMBS, ms)
-    for i = 1, #ms do
-      if got[i] then return false end
-    end
-    return true
-  end
-
   local function lean_begin(KEYS, ARGV)
     K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
       KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -1749,7 +1759,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local ks = lean_keys(keys)
     if not ks or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
-    if NOW < TOMBS and not lean_untombed(ids) then return nil end
+    if not untombed(ids) then return nil end
 
     -- A key with holders or waiters keeps its limit, and the rate its
     -- holders carry must be none (rate_recorded reads the first holder's
