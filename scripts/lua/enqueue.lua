@@ -131,7 +131,7 @@ end
 err = open(true, keys, ids)
 if err then return err end
 local exp, whole = expiring()
-local lean = whole and #exp == 0 and FROZEN <= NOW and untombed(ids)
+local lean = whole and #exp == 0 and FROZEN <= NOW
 for _, r in ipairs(reqs) do
   if not lean then break end
   if ERAW[r.id] or r.l then lean = false end
@@ -140,7 +140,9 @@ for _, r in ipairs(reqs) do
     if count[kl[1]] > 1 or not idle(kget(kl[1])) then lean = false end
   end
 end
-if lean then
+-- last: the one command it may cost is for a step that is lean otherwise
+-- (a retry of an existing entry never reads tombs, as on the general path)
+if lean and untombed(ids) then
   note_ttl(ttl)
   putoff() -- nothing reads a deadline after a grant here
   local out = {}
