@@ -16,12 +16,12 @@ import (
 // lean steps wrote among it); and the FCALL's own cost (its KEYS and ARGV
 // made Lua tables, the Lua GC step Redis runs every 50 calls) is in.
 
-// fcallScenario is one kind of step sent as FCALLs: setup (not counted)
-// and run (counted) send them through call; ops is the divisor.
 // caller sends one FCALL of the library's function fn (enqueue, release,
 // …) with ARGV after the protocol and prefix, and returns its reply.
 type caller func(fn string, args ...any) ([]any, error)
 
+// fcallScenario is one kind of step sent as FCALLs: setup (not counted)
+// and run (counted) send them through call; ops is the divisor.
 type fcallScenario struct {
 	name, what string
 	setup, run func(call caller, r string) error
@@ -44,15 +44,10 @@ var fcallScenarios = []fcallScenario{
 	{
 		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (both enqueued just before, not counted), 200 times", ops: 200,
 		setup: func(call caller, r string) error {
-			for i := range 200 {
-				if _, err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
-					return err
-				}
-				if _, err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
-					return err
-				}
+			if err := holders(call, r); err != nil {
+				return err
 			}
-			return nil
+			return waiters(call, r)
 		},
 		run: func(call caller, r string) error {
 			for i := range 200 {
@@ -65,22 +60,8 @@ var fcallScenarios = []fcallScenario{
 	},
 	{
 		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the holder enqueued just before, not counted), 200 times", ops: 200,
-		setup: func(call caller, r string) error {
-			for i := range 200 {
-				if _, err := call("enqueue", "600000", "holder", "host", "1", fmt.Sprintf(`[{"id":"h%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
-		run: func(call caller, r string) error {
-			for i := range 200 {
-				if _, err := call("enqueue", "600000", "waiter", "host", "1", fmt.Sprintf(`[{"id":"w%s-%d","k":[["q%s-%d",1]]}]`, r, i, r, i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		setup: func(call caller, r string) error { return holders(call, r) },
+		run:   func(call caller, r string) error { return waiters(call, r) },
 	},
 	{
 		name: "one key, two owners in turn", what: "per grant: the holder's release grants the waiter, then the holder queues again behind it (the one-key throughput cell's steps), 400 grants; the first holder's enqueue takes the general path (its TTL is longer than any before), as any general step on a key that stays busy", ops: 400,
@@ -120,6 +101,20 @@ var fcallScenarios = []fcallScenario{
 			return acqRelLoop(call, r, func(int) string { return "k" })
 		},
 	},
+}
+
+// holders enqueues 200 holders, each of a key of its own (q<r>-<i>), and
+// waiters one waiter behind each.
+func holders(call caller, r string) error { return each200(call, r, "holder", "h") }
+func waiters(call caller, r string) error { return each200(call, r, "waiter", "w") }
+
+func each200(call caller, r, owner, prefix string) error {
+	for i := range 200 {
+		if _, err := call("enqueue", "600000", owner, "host", "1", fmt.Sprintf(`[{"id":"%s%s-%d","k":[["q%s-%d",1]]}]`, prefix, r, i, r, i)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func acqRelLoop(call caller, r string, key func(int) string) error {

@@ -269,8 +269,9 @@ local function plain_json(e)
     if not PLAIN_FIELDS[f] then return nil end
   end
   local k = e.k
-  if not (plain_str(e.o) and plain_str(e.h) and plain_num(e.p) and plain_num(e.q) and plain_num(e.e)
-      and size(k) == #k and #k > 0) then
+  local n = size(k)
+  if not (n and n > 0 and n == #k and plain_str(e.o) and plain_str(e.h) and plain_num(e.p)
+      and plain_num(e.q) and plain_num(e.e)) then
     return nil
   end
   local out = {'{"o":"', e.o, '","h":"', e.h, '","p":', dec(e.p)}
@@ -1759,7 +1760,6 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local ks = lean_keys(keys)
     if not ks or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
-    if not untombed(ids) then return nil end
 
     -- A key with holders or waiters keeps its limit, and the rate its
     -- holders carry must be none (rate_recorded reads the first holder's
@@ -1795,6 +1795,9 @@ do -- (the lean steps' helpers: locals of this block alone)
       seq = lean_confirm()
       if not seq or seq + #reqs > MAX_SEQ or not lean_live(stay) then return nil end
     end
+
+    -- last, as in enqueue.lua: its one command is for a step lean otherwise
+    if not untombed(ids) then return nil end
 
     -- Decided: grants and queue places in order, then the writes.
     local out, recs, dls, members, seq0 = {}, {}, {}, {}, seq
