@@ -229,6 +229,33 @@ func (l *lanesProc) AcquireQueued(ctx context.Context, key string) (func() error
 	return func() error { return lease.Release(context.Background()) }, queued, nil
 }
 
+// QueueUnheard queues on key an entry of an owner that has no Session
+// (Backend.Enqueue), so the release that grants it wakes no one: its hint
+// goes to a channel nobody subscribed to. It fails unless the entry was
+// queued (the key must have a holder). The release it returns removes the
+// entry, granted by then.
+func (l *lanesProc) QueueUnheard(ctx context.Context, key string) (func() error, error) {
+	owner := lanes.Owner{ID: "unheard-" + lanes.NewID(), Host: "bench"}
+	id := lanes.NewID()
+	st, err := l.b.Enqueue(ctx, owner, time.Minute, []lanes.Request{{ID: id, Lanes: []lanes.Lane{{Key: key, Limit: 1}}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(st) != 1 || st[0].State != lanes.Waiting {
+		return nil, fmt.Errorf("entry %s: %+v, want it waiting", id, st)
+	}
+	return func() error {
+		r, err := l.b.Release(ctx, owner.ID, []string{id})
+		if err != nil {
+			return err
+		}
+		if len(r.Was) != 1 || r.Was[0] != lanes.Held {
+			return fmt.Errorf("entry %s was %v at its release, want held", id, r.Was)
+		}
+		return nil
+	}, nil
+}
+
 func (l *lanesProc) Close() error {
 	err := l.s.Close()
 	l.b.Close()

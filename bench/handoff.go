@@ -20,6 +20,7 @@ type pairOfProcs struct {
 	rel            samples // the holder's release call alone: it grants the waiter
 	relIdle        samples // the holder's release after the same pause, with no waiter: it grants nobody
 	relFree        samples // the waiter's release at once after its grant: it grants nobody
+	relUnheard     samples // lanes: the holder's release after the same pause, granting a waiter no process listens for
 	rtSum          int64   // waiter round trips from the release to the grant
 }
 
@@ -125,6 +126,10 @@ func measureHandoff(ctx context.Context, e *env, ks []*kind, res *results) error
 		res.set(id, "reln50", us(p.relIdle.pct(50)))
 		res.note("handoff %s: n=%d, p90 %s, max %s; release call p50 %s with a waiter, %s with none after the same pause, %s with none at once after a grant; waiter round trips per handoff after the release %.2f",
 			id, n, fmtUS(us(p.s.pct(90))), fmtUS(us(p.s.pct(100))), fmtUS(us(p.rel.pct(50))), fmtUS(us(p.relIdle.pct(50))), fmtUS(us(p.relFree.pct(50))), rts)
+		if p.relUnheard.len() > 0 {
+			res.note("handoff %s: release call p50 %s granting a waiter nobody listens for, after the same pause (n=%d): the script's hand-off without the waiter's wake in this process",
+				id, fmtUS(us(p.relUnheard.pct(50))), p.relUnheard.len())
+		}
 	}
 	if len(ps) > 0 {
 		res.set(envRow, "rtt", us(rtt.pct(50)))
@@ -204,9 +209,48 @@ func (p *pairOfProcs) run(ctx context.Context, n int, budget time.Duration, reco
 			return fmt.Errorf("holder release: %w", err)
 		}
 		p.relIdle.add(time.Since(t2))
+		if q, ok := p.waiter.(unheardQueuer); ok {
+			if err := p.releaseUnheard(ctx, q, hold()); err != nil {
+				return err
+			}
+		}
 		if err := paused(hold()); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// unheardQueuer is a contender that can queue a waiter on a key that no
+// process listens for: lanes queues an entry of an owner without a
+// Session, so the release that grants it runs the whole hand-off in Redis
+// (the hint is published to nobody) and wakes nothing in this process.
+type unheardQueuer interface {
+	QueueUnheard(ctx context.Context, key string) (release func() error, err error)
+}
+
+// releaseUnheard times the holder's release after a pause, granting a
+// waiter queued by q that nobody is woken for: beside rel (the waiter's
+// Session is woken in this process) and relIdle (no waiter), it parts a
+// hand-off release's cost into the script's and the wake's.
+func (p *pairOfProcs) releaseUnheard(ctx context.Context, q unheardQueuer, pause time.Duration) error {
+	rel, err := p.holder.Acquire(ctx, "k")
+	if err != nil {
+		return fmt.Errorf("holder acquire: %w", err)
+	}
+	wrel, err := q.QueueUnheard(ctx, "k")
+	if err != nil {
+		_ = rel()
+		return fmt.Errorf("unheard waiter: %w", err)
+	}
+	time.Sleep(pause)
+	t0 := time.Now()
+	if err := rel(); err != nil {
+		return fmt.Errorf("holder release: %w", err)
+	}
+	p.relUnheard.add(time.Since(t0))
+	if err := wrel(); err != nil {
+		return fmt.Errorf("unheard waiter release: %w", err)
 	}
 	return nil
 }

@@ -49,14 +49,7 @@ var fcallScenarios = []fcallScenario{
 			}
 			return waiters(call, r)
 		},
-		run: func(call caller, r string) error {
-			for i := range 200 {
-				if _, err := call("release", "holder", "0", fmt.Sprintf("h%s-%d", r, i)); err != nil {
-					return err
-				}
-			}
-			return nil
-		},
+		run: func(call caller, r string) error { return releases200(call, r) },
 	},
 	{
 		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the holder enqueued just before, not counted), 200 times", ops: 200,
@@ -101,6 +94,11 @@ var fcallScenarios = []fcallScenario{
 			return acqRelLoop(call, r, func(int) string { return "k" })
 		},
 	},
+	{
+		name: "release with no waiter", what: "a holder's release with nobody behind it (enqueued just before, not counted), 200 times: what \"release with a waiter\" is compared with (issue 12: at most 1.5x)", ops: 200,
+		setup: func(call caller, r string) error { return holders(call, r) },
+		run:   func(call caller, r string) error { return releases200(call, r) },
+	},
 }
 
 // holders enqueues 200 holders, each of a key of its own (q<r>-<i>), and
@@ -111,6 +109,16 @@ func waiters(call caller, r string) error { return each200(call, r, "waiter", "w
 func each200(call caller, r, owner, prefix string) error {
 	for i := range 200 {
 		if _, err := call("enqueue", "600000", owner, "host", "1", fmt.Sprintf(`[{"id":"%s%s-%d","k":[["q%s-%d",1]]}]`, prefix, r, i, r, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releases200 releases the 200 holders of holders.
+func releases200(call caller, r string) error {
+	for i := range 200 {
+		if _, err := call("release", "holder", "0", fmt.Sprintf("h%s-%d", r, i)); err != nil {
 			return err
 		}
 	}
