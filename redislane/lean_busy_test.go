@@ -3,6 +3,7 @@ package redislane_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -156,4 +157,89 @@ func countedSteps(t *testing.T, c *redis.Client) func(ns, script string, args ..
 		}
 		return r, inner() - n0
 	}
+}
+
+// TestLeanReleaseOfWaitersRealRedis: an owner's release of waiters of its
+// own, on a key whose holder fills its limit, takes the lean path
+// (lean_leave in lib.lua): Session.Close of many waiters and a cancelled
+// wait cost no cjson and no general machinery. By the commands Redis ran
+// inside the step (INFO commandstats, on a private redis-server:
+// RealRedis): the lean path's twelve, where the general path reads the
+// key's record alone (HGET) and meta's marker with HEXISTS. Where a
+// waiter behind may take the room, the general path decides (and grants).
+func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
+	c := fuzzClient(t)
+	ctx := context.Background()
+	step := countedSteps(t, c)
+	ns := "leave"
+	t.Cleanup(func() { c.Del(context.Background(), nsKeys(ns)...) })
+	enqueue := func(owner, js string) {
+		step(ns, "enqueue", "600000", owner, "host", "7", js)
+	}
+	enqueue("o0", `[{"id":"warm","k":[["warm",1]]}]`) // the state, and the TTL noted
+	enqueue("o0", `[{"id":"h","k":[["k",1]]},{"id":"i","k":[["r",2]]}]`)
+	enqueue("o1", `[{"id":"w0","k":[["k",1]]},{"id":"w1","k":[["k",1]]},{"id":"w2","k":[["k",1]]},{"id":"w3","k":[["k",1]]}]`)
+
+	before := commandCounts(t, c)
+	r, _ := step(ns, "release", "o1", "0", "w1", "w3")
+	got := commandCounts(t, c)
+	for name, n := range before {
+		got[name] -= n
+	}
+	want := map[string]int64{"time": 1, "hmget": 3, "zrangebyscore": 1, "zscore": 2, "zmscore": 1, "zrem": 2, "hdel": 1, "hset": 1}
+	for name, n := range got {
+		if name == "fcall" || name == "info" || name == "hello" || name == "client" {
+			continue
+		}
+		if n != want[name] {
+			t.Errorf("release of two waiters ran %s %d times; the lean path runs %v", name, n, want)
+		}
+	}
+	if was, _ := r[1].([]any); fmt.Sprint(was) != "[w w]" || fmt.Sprint(r[2]) != "[]" {
+		t.Errorf("release of two waiters answered %v; want [w w] and nobody granted", r)
+	}
+	line, _ := c.HGet(ctx, nsKeys(ns)[1], "k").Result()
+	if f := strings.Fields(line); len(f) != 5 || f[3] != "2" || f[4] != "h" {
+		t.Errorf("record of k after the release: %q; want 2 waiters, held by h", line)
+	}
+	queue, _ := c.ZRangeByLex(ctx, nsKeys(ns)[2], &redis.ZRangeBy{Min: "[k\x00", Max: "(k\x01"}).Result()
+	if len(queue) != 2 || !strings.HasSuffix(queue[0], "\x00w0") || !strings.HasSuffix(queue[1], "\x00w2") {
+		t.Errorf("queue of k after the release: %q; want w0, w2", queue)
+	}
+
+	// A waiter on a key with room, whose leaving lets the one behind in:
+	// the general path's (it grants v).
+	enqueue("o1", `[{"id":"x","k":[["k",1],["r",2]]}]`)
+	enqueue("o0", `[{"id":"v","k":[["r",2]]}]`)
+	before = commandCounts(t, c)
+	r, _ = step(ns, "release", "o1", "0", "x")
+	got = commandCounts(t, c)
+	if fmt.Sprint(r[2]) != "[v]" {
+		t.Errorf("release of x answered %v; want v granted", r)
+	}
+	if got["hexists"] == before["hexists"] {
+		t.Errorf("release of x that grants v: no HEXISTS of meta's marker; want the general path")
+	}
+}
+
+// commandCounts is the calls of each command in INFO commandstats, by
+// name in lower case.
+func commandCounts(t *testing.T, c *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, _ := strings.Cut(rest, ":")
+		calls, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		out[strings.ToLower(name)] = n
+	}
+	return out
 }

@@ -362,8 +362,12 @@ func (f *fz) genOp() fop {
 		o := f.pick(f.owners)
 		ents, _ := f.c.HGetAll(context.Background(), nsKeys(f.a)[0]).Result()
 		var mine []string
+		state := `"s":"h"` // the owner's holders, or now and then its waiters (lean_leave)
+		if r.IntN(4) == 0 {
+			state = `"s":"w"`
+		}
 		for id, raw := range ents {
-			if strings.Contains(raw, `"o":"`+o+`"`) && strings.Contains(raw, `"s":"h"`) {
+			if strings.Contains(raw, `"o":"`+o+`"`) && strings.Contains(raw, state) {
 				mine = append(mine, id)
 			}
 		}
@@ -755,6 +759,79 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 				c.Set(context.Background(), nsKeys(ns)[6], "x", 0)
 			}},
 			enq("o1", "60000", `[{"k":[["S",1]],"id":"a"}]`), enq("o1", "60000", `[{"id":"a","k":[["S",1]]}]`),
+		},
+		// releases of waiters alone (lean_leave): on a full key, of many
+		// ids, and where the general path decides (room a waiter behind
+		// takes, a holder that lost its deadline, records edited by hand,
+		// a marker lost, holders and waiters together, another owner's)
+		"waiters leave a full key": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 5, same, 1)),
+			rel("o1", "w1", "w3"), rel("o1", "w0"), enq("o1", "60000", reqs("x", 1, same, 1)), rel("o2", "h"), rel("o1", "w2", "w4"),
+		},
+		"300 waiters leave": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`),
+			enq("o1", "60000", reqs("a", 100, same, 1)), enq("o1", "60000", reqs("b", 100, same, 1)), enq("o1", "60000", reqs("c", 100, same, 1)),
+			rel("o1", append(append(ids("c", 100), ids("a", 100)...), ids("b", 100)...)...), rel("o2", "h"),
+		},
+		"waiters on two keys leave": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1],["T",2]]},{"id":"i","k":[["T",2]]}]`),
+			enq("o1", "60000", `[{"id":"w","k":[["S",1],["T",2]]},{"id":"v","k":[["T",2]]}]`),
+			rel("o1", "w", "v"), rel("o2", "h"),
+		},
+		"a waiter leaves, the one behind takes the room": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]},{"id":"i","k":[["T",2]]}]`),
+			enq("o1", "60000", `[{"id":"w","k":[["S",1],["T",2]]}]`), enq("o2", "60000", `[{"id":"v","k":[["T",2]]}]`),
+			rel("o1", "w"), rel("o2", "v"),
+		},
+		"a waiter leaves, the holder lost its deadline": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 3, same, 1)),
+			{desc: "ZREM deadline h", raw: func(ns string) { c.ZRem(context.Background(), nsKeys(ns)[3], "h") }},
+			rel("o1", "w1"),
+		},
+		"the last waiter leaves, the holder lost its deadline": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 1, same, 1)),
+			{desc: "ZREM deadline h", raw: func(ns string) { c.ZRem(context.Background(), nsKeys(ns)[3], "h") }},
+			rel("o1", "w0"), enq("o1", "60000", reqs("x", 1, same, 1)),
+		},
+		"waiters leave, undercounted": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 3, same, 1)),
+			{desc: "waiters of S 1", raw: func(ns string) { setField(c, ns, "S", 3, "1") }},
+			rel("o1", "w0", "w1"), rel("o1", "w2"),
+		},
+		"a waiter of another limit leaves": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "w0 names limit 2", raw: func(ns string) { editRecord(c, ns, "w0", `["S",1]`, `["S",2]`) }},
+			rel("o1", "w0"),
+		},
+		"a waiter leaves, its queue member gone": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "ZREM queue w0", raw: func(ns string) {
+				ms, _ := c.ZRangeByLex(context.Background(), nsKeys(ns)[2], &redis.ZRangeBy{Min: "[S\x00", Max: "(S\x01"}).Result()
+				for _, m := range ms {
+					if strings.HasSuffix(m, "\x00w0") {
+						c.ZRem(context.Background(), nsKeys(ns)[2], m)
+					}
+				}
+			}},
+			rel("o1", "w0"), rel("o2", "h"),
+		},
+		"waiters leave after meta was lost": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)), del(5), rel("o1", "w0"),
+		},
+		"waiters leave after queue was lost": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)), del(2), rel("o1", "w0"),
+		},
+		"a holder and a waiter leave together": {
+			enq("o1", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)), rel("o1", "w1", "h"),
+		},
+		"another owner's waiter in the step": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			enq("o2", "60000", reqs("v", 1, same, 1)), rel("o1", "w0", "v0"), rel("o1", "w1"),
+		},
+		"a waiter's record in cjson's form leaves": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "w0 in cjson's order", raw: func(ns string) { editRecord(c, ns, "w0", `{"o":"o1","h":"h","p":7,`, `{"h":"h","p":7,"o":"o1",`) }},
+			rel("o1", "w0"), rel("o1", "w1"),
 		},
 		"settled id, lapsed, again": {
 			settle("o1", "z"), {desc: "settle z 1 ms", script: "release", args: []any{"o1", "1", "y"}},

@@ -99,6 +99,16 @@ var fcallScenarios = []fcallScenario{
 		setup: func(call caller, r string) error { return holders(call, r) },
 		run:   func(call caller, r string) error { return releases200(call, r) },
 	},
+	{
+		name: "release of waiters", what: "per id: 1,000 waiters behind a holder, enqueued in steps of 500 (the general path's: Backend.Enqueue splits them in 200s), released in steps of 250 (Session.Close)", ops: 1000,
+		setup: func(call caller, r string) error { return enqueueWaiters1000(call, r, 500) },
+		run:   releaseWaiters1000,
+	},
+	{
+		name: "release of waiters enqueued by a Session", what: "the same, enqueued in steps of 100, as a Session sends them (lean steps: the release finds the last 1,000 records written in the lean steps' cache)", ops: 1000,
+		setup: func(call caller, r string) error { return enqueueWaiters1000(call, r, 100) },
+		run:   releaseWaiters1000,
+	},
 }
 
 // holders enqueues 200 holders, each of a key of its own (q<r>-<i>), and
@@ -110,6 +120,43 @@ func each200(call caller, r, owner, prefix string) error {
 	for i := range 200 {
 		if _, err := call("enqueue", "600000", owner, "host", "1", fmt.Sprintf(`[{"id":"%s%s-%d","k":[["q%s-%d",1]]}]`, prefix, r, i, r, i)); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// enqueueWaiters1000 enqueues a holder of key c<r> and 1,000 waiters behind it
+// (w<r>-0 …), owner o1, in steps of step requests.
+func enqueueWaiters1000(call caller, r string, step int) error {
+	if _, err := call("enqueue", "600000", "holder", "host", "1", `[{"id":"h`+r+`","k":[["c`+r+`",1]]}]`); err != nil {
+		return err
+	}
+	for b := range 1000 / step {
+		reqs := make([]string, step)
+		for i := range reqs {
+			reqs[i] = fmt.Sprintf(`{"id":"w%s-%d","k":[["c%s",1]]}`, r, b*step+i, r)
+		}
+		if _, err := call("enqueue", "600000", "o1", "host", "1", "["+strings.Join(reqs, ",")+"]"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseWaiters1000 releases the waiters of enqueueWaiters1000 in steps of 250,
+// newest first (as Session.Close does).
+func releaseWaiters1000(call caller, r string) error {
+	for b := 3; b >= 0; b-- {
+		args := []any{"o1", "0"}
+		for i := 249; i >= 0; i-- {
+			args = append(args, fmt.Sprintf("w%s-%d", r, b*250+i))
+		}
+		rep, err := call("release", args...)
+		if err != nil {
+			return err
+		}
+		if was, _ := rep[1].([]any); len(was) != 250 || was[0] != "w" || was[249] != "w" {
+			return fmt.Errorf("release of waiters answered %v", rep[1])
 		}
 	}
 	return nil

@@ -1321,9 +1321,9 @@ local function finish()
 end
 
 -- Lean steps (issue 12). The common steps are taken whole before begin
--- and without the general machinery: an enqueue of plain requests, and an
+-- and without the general machinery: an enqueue of plain requests, an
 -- owner's release of plain holders with the hand-off to the plain waiters
--- that frees. A plain request is new (no entry of its id), names neither
+-- that frees, and an owner's release of plain waiters that frees nothing. A plain request is new (no entry of its id), names neither
 -- lineage nor rates, and comes in the form the Go client writes
 -- (lean_requests); a plain entry has a record in the form lean steps
 -- write (plain_rec): it neither lends (b), borrows (r), has a lineage (l)
@@ -1344,9 +1344,10 @@ do -- (the lean steps' helpers: locals of this block alone)
   local LEAN_OWNER, LEAN_HOST, LEAN_PID, LEAN_TTLS, LEAN_TTL
   local VKEY, VFIELD, VALID_N = {}, {}, 0
   local VALID_MAX = 1000
-  -- Steps of more requests or ids go to the general path: there the work
-  -- per request is less (cjson reads a long list faster than patterns),
-  -- and a release of many ids is most often one of waiters (Close).
+  -- Enqueue steps of more requests, and releases of more holders, go to
+  -- the general path: there the work per request is less (cjson reads a
+  -- long list faster than patterns). A release of waiters alone (Close,
+  -- cancelled waits) is lean up to MAX_STEP_REQUESTS ids (lean_leave).
   local LEAN_STEP = 100
 
   local function remember(set, s)
@@ -1875,20 +1876,71 @@ do -- (the lean steps' helpers: locals of this block alone)
     return true
   end
 
+  -- lean_leave is lean_release's step when every id is a plain waiter of
+  -- the caller's (es, their records; ks, the records of their keys, a
+  -- list): each leaves its keys' queues, its entry and its deadline, and
+  -- each key's record counts one waiter less. It is taken only where the
+  -- general path's scan grants nobody and its purge finds nothing: on each
+  -- key that keeps waiters, holders that have a deadline fill the limit.
+  -- So a cancelled wait, or Session.Close of many waiters behind another
+  -- owner's holder, costs no cjson. It returns the reply, or nil (a
+  -- marker missing, a lane whose limit is not its key's, a record that
+  -- counts fewer waiters than leave, room on a key that keeps waiters, a
+  -- holder of such a key without a deadline).
+  local function lean_leave(ids, es, keys, ks)
+    local leaving, members, live = {}, {}, {}
+    for i, e in ipairs(es) do
+      local seq = tonumber(e[3])
+      for _, kl in ipairs(e[5]) do
+        local key = kl[1]
+        local st = ks[key]
+        if not st[5] or kl[3] ~= int(st[5]) then return nil end
+        leaving[key] = (leaving[key] or 0) + 1
+        members[#members + 1] = qmember(key, seq, ids[i])
+      end
+    end
+    for _, key in ipairs(keys) do
+      local st = ks[key]
+      st[2] = st[2] - leaving[key]
+      if st[2] < 0 then return nil end
+      if st[2] > 0 then
+        -- the general path's scan of the key: its purge looks at the
+        -- holders, then a waiter behind may take the room left
+        if int(st[5]) > st[4] then return nil end
+        lean_holders(live, st)
+      end
+    end
+    -- it changes queue: the markers, as a hand-off reads them
+    if not lean_confirm() or not lean_live(live) then return nil end
+    mrun('ZREM', K_QUEUE, members)
+    mrun('HDEL', K_ENTRIES, ids)
+    mrun('ZREM', K_DEADLINES, ids)
+    local lines, was = {}, {}
+    for i, key in ipairs(keys) do
+      lines[2 * i - 1], lines[2 * i] = key, lean_line(ks[key])
+    end
+    mrun('HSET', K_LANES, lines)
+    for i = 1, #ids do was[i] = 'w' end
+    return {EPOCH, was, {}}
+  end
+
   -- lean_release is release.lua's step when an owner releases plain
   -- holders of its own (tombstone lifetime 0): each leaves its key records,
   -- its entry and its deadline; on a key with waiters, the first waiters the
   -- freed slots let in (scan) are granted, in arrival order across the
   -- keys, when each is a live plain waiter of that key alone, and their
-  -- owners get grant hints. It returns the reply, or nil (an entry that is
-  -- not a plain holder of the caller's, a key record that does not name it,
-  -- a waiter of another kind, a queue member without a live entry, a
-  -- remaining holder without a deadline, a marker missing, a frozen
-  -- namespace, more room than RATE_SCAN: the general path's to decide).
+  -- owners get grant hints. Or, when every id is a plain waiter of the
+  -- caller's, lean_leave's step. It returns the reply, or nil (an entry
+  -- that is not a plain entry of the caller's, holders and waiters
+  -- together, more than LEAN_STEP holders, a key record that does not name
+  -- a holder, a waiter of another kind, a queue member without a live
+  -- entry, a remaining holder without a deadline, a marker missing, a
+  -- frozen namespace, more room than RATE_SCAN: the general path's to
+  -- decide).
   function lean_release(KEYS, ARGV)
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
     local by, n = ARGV[3], #ARGV - 4
-    if n < 1 or n > LEAN_STEP or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
+    if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
     local ids, seen = {}, {}
     for i = 5, #ARGV do
       local id = ARGV[i]
@@ -1902,9 +1954,12 @@ do -- (the lean steps' helpers: locals of this block alone)
     if not ents[1] then return nil end
     local es, keys, gone = {}, {}, seen
     seen = {}
+    local state = nil -- "h" or "w", that of every id
     for i = 1, n do
       local e = plain_rec(ents[i + 1])
-      if not e or e[1] ~= by or e[2] ~= 'h' then return nil end
+      if not e or e[1] ~= by then return nil end
+      state = state or e[2]
+      if e[2] ~= state or (state == 'h' and n > LEAN_STEP) then return nil end
       es[i] = e
       for _, kl in ipairs(e[5]) do
         if not seen[kl[1]] then
@@ -1915,6 +1970,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local ks = lean_keys(keys)
     if not ks or not lean_whole(nowS) then return nil end
+    if state == 'w' then return lean_leave(ids, es, keys, ks) end
     -- The holders each key keeps once es are gone, and the limit each
     -- released lane names (scan counts its room from it).
     local limit, handoff = {}, false

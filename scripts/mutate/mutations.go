@@ -408,6 +408,34 @@ finish()`},
 		Pkgs: []string{"./redislane"}, Run: "TestLean",
 	},
 	{
+		Name: "lean/leave-room-unchecked",
+		What: "a lean release of waiters does not look for room on the keys that keep waiters: the waiter behind one that left is not granted where the general path grants it (invariant 2)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `        if int(st[5]) > st[4] then return nil end`, New: `        if false then return nil end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios|TestLeanReleaseOfWaiters",
+	},
+	{
+		Name: "lean/leave-holders-unchecked",
+		What: "a lean release of waiters counts a holder that lost its deadline: the general path purges it and grants the next waiter, the lean one leaves the key held by nobody alive",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    if not lean_confirm() or not lean_live(live) then return nil end
+    mrun('ZREM', K_QUEUE, members)`, New: `    if not lean_confirm() then return nil end
+    mrun('ZREM', K_QUEUE, members)`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
+		Name: "lean/leave-unconfirmed",
+		What: "a lean release of waiters reads no marker of queue, nested and meta: it changes a state that lost one, where the general path resets (invariant 13)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    if not lean_confirm() or not lean_live(live) then return nil end
+    mrun('ZREM', K_QUEUE, members)`, New: `    if not lean_live(live) then return nil end
+    mrun('ZREM', K_QUEUE, members)`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
