@@ -220,6 +220,11 @@ func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
 	if got["hexists"] == before["hexists"] {
 		t.Errorf("release of x that grants v: no HEXISTS of meta's marker; want the general path")
 	}
+	// The general path takes what the lean attempt read of entries: one
+	// HMGET of entries, and one of lanes by each path.
+	if n := got["hmget"] - before["hmget"]; n != 3 {
+		t.Errorf("release of x ran HMGET %d times; want 3 (entries once, the lean attempt's read taken by the general path; lanes by each)", n)
+	}
 }
 
 // commandCounts is the calls of each command in INFO commandstats, by

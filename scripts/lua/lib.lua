@@ -805,9 +805,10 @@ end
 -- keys and returns it, with the keys the step found it needs too (a
 -- release: the keys of the entries it removes). It returns an error reply
 -- or nil; a step that went through full (checked) must not rely on what
--- more saw.
-local function open(create, keys, ids, more)
-  local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+-- more saw. read, when given, is the reply of HMGET entries \0 <ids> that
+-- the same script run made already (lean_release's), taken for the first.
+local function open(create, keys, ids, more, read)
+  local ents = read or mcall('HMGET', K_ENTRIES, ids, '\0')
   if ents[1] then
     for i, id in ipairs(ids) do ERAW[id] = ents[i + 1] end
     if more then keys = more(keys) end
@@ -1516,6 +1517,9 @@ do -- (the lean steps' helpers: locals of this block alone)
     return RECS.t[raw] or parse_rec(raw)
   end
   function parse_rec(raw)
+    -- a NUL, written by hand: cjson reads no record there (load), and
+    -- the general path takes the entry for absent
+    if string.find(raw, '\0', 1, true) then return nil end
     local o, pid, p = string.match(raw, RP_HEAD)
     if not o or not canon(pid) then return nil end
     for i = 1, 3 do p = string.match(raw, LP_FIELDS[i], p) or p end
@@ -1887,7 +1891,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- marker missing, a lane whose limit is not its key's, a record that
   -- counts fewer waiters than leave, room on a key that keeps waiters, a
   -- holder of such a key without a deadline).
-  local function lean_leave(ids, es, keys, ks)
+  local function lean_leave(ids, es, keys, ks, gone)
     local leaving, members, live = {}, {}, {}
     for i, e in ipairs(es) do
       local seq = tonumber(e[3])
@@ -1910,6 +1914,12 @@ do -- (the lean steps' helpers: locals of this block alone)
         lean_holders(live, st)
       end
     end
+    -- A holder this step releases (a key record naming a waiter as its
+    -- holder, by hand): the general path's purge, after the removals,
+    -- finds it without a deadline and frees its slot.
+    for _, id in ipairs(live) do
+      if gone[id] then return nil end
+    end
     -- it changes queue: the markers, as a hand-off reads them
     if not lean_confirm() or not lean_live(live) then return nil end
     mrun('ZREM', K_QUEUE, members)
@@ -1924,7 +1934,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     return {EPOCH, was, {}}
   end
 
-  -- lean_release is release.lua's step when an owner releases plain
+  -- lean_release_step is release.lua's step when an owner releases plain
   -- holders of its own (tombstone lifetime 0): each leaves its key records,
   -- its entry and its deadline; on a key with waiters, the first waiters the
   -- freed slots let in (scan) are granted, in arrival order across the
@@ -1937,7 +1947,8 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- entry, a remaining holder without a deadline, a marker missing, a
   -- frozen namespace, more room than RATE_SCAN: the general path's to
   -- decide).
-  function lean_release(KEYS, ARGV)
+  local LEAN_READ -- what lean_release read of entries, for the general path
+  local function lean_release_step(KEYS, ARGV)
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
     local by, n = ARGV[3], #ARGV - 4
     if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
@@ -1951,7 +1962,18 @@ do -- (the lean steps' helpers: locals of this block alone)
     lean_begin(KEYS, ARGV)
     local nowS = lean_clock()
     local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
+    LEAN_READ = ents
     if not ents[1] then return nil end
+    -- Holders and waiters together, or many holders, go general: told
+    -- at once by the bytes where a record in the lean form names its
+    -- state (the parse below decides the rest).
+    if n > 1 then
+      local w = string.find(ents[2] or '', '],"s":"w"', 1, true) ~= nil
+      if not w and n > LEAN_STEP then return nil end
+      for i = 3, n + 1 do
+        if (string.find(ents[i] or '', '],"s":"w"', 1, true) ~= nil) ~= w then return nil end
+      end
+    end
     local es, keys, gone = {}, {}, seen
     seen = {}
     local state = nil -- "h" or "w", that of every id
@@ -1970,7 +1992,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local ks = lean_keys(keys)
     if not ks or not lean_whole(nowS) then return nil end
-    if state == 'w' then return lean_leave(ids, es, keys, ks) end
+    if state == 'w' then return lean_leave(ids, es, keys, ks, gone) end
     -- The holders each key keeps once es are gone, and the limit each
     -- released lane names (scan counts its room from it).
     local limit, handoff = {}, false
@@ -2078,5 +2100,15 @@ do -- (the lean steps' helpers: locals of this block alone)
       mrun('HSET', K_LANES, lines)
     end
     return {EPOCH, was, granted_ids}
+  end
+  -- lean_release is lean_release_step and, when it returns nil, what it
+  -- read of entries (the reply of HMGET entries \0 <ids>, or nil when it
+  -- read nothing), for the general path's open to take instead of reading
+  -- it again: the same ids, read by the same script run.
+  function lean_release(KEYS, ARGV)
+    LEAN_READ = nil
+    local reply = lean_release_step(KEYS, ARGV)
+    if reply then return reply end
+    return nil, LEAN_READ
   end
 end

@@ -20,7 +20,7 @@
 --        released by force)}, {ids granted}}.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
-local lean = lean_release(KEYS, ARGV) -- the common step, lean (lib.lua)
+local lean, read = lean_release(KEYS, ARGV) -- the common step, lean (lib.lua)
 if lean then return lean end
 local err = begin(KEYS, ARGV)
 if err then return err end
@@ -56,7 +56,7 @@ err = open(false, {}, list, function(keys)
     end
   end
   return keys
-end)
+end, read)
 if err then return err end
 local exp, whole = {}, false
 if EPOCH then exp, whole = expiring() end

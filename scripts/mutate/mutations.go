@@ -436,6 +436,27 @@ finish()`},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
 	},
 	{
+		Name: "lean/leave-holder-leaving",
+		What: "a lean release of waiters keeps a key record that names a leaving waiter as its holder (by hand): the general path's purge, after the removals, frees the slot and grants the next waiter",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if gone[id] then return nil end
+    end
+    -- it changes queue`, New: `      if false then return nil end
+    end
+    -- it changes queue`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
+		Name: "lean/record-nul",
+		What: "the lean steps read an entry record with a NUL byte (by hand), which cjson reads as no record: a lean release removes an entry the general path answers gone",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    if string.find(raw, '\0', 1, true) then return nil end
+`, New: ``},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
