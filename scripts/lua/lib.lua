@@ -1948,34 +1948,39 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- frozen namespace, more room than RATE_SCAN: the general path's to
   -- decide).
   local LEAN_READ -- what lean_release read of entries, for the general path
+  -- waits reports whether the entry record raw (or false) names the state
+  -- "w" where the lean form puts it (a quick look, before any parse).
+  local function waits(raw) return string.find(raw or '', '],"s":"w"', 1, true) ~= nil end
   local function lean_release_step(KEYS, ARGV)
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
     local by, n = ARGV[3], #ARGV - 4
     if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
-    local ids, seen = {}, {}
-    for i = 5, #ARGV do
-      local id = ARGV[i]
-      if seen[id] or not id_ok(id) then return nil end
-      seen[id] = true
-      ids[i - 4] = id
-    end
+    local ids = {}
+    for i = 5, #ARGV do ids[i - 4] = ARGV[i] end
     lean_begin(KEYS, ARGV)
     local nowS = lean_clock()
     local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
     LEAN_READ = ents
     if not ents[1] then return nil end
-    -- Holders and waiters together, or many holders, go general: told
-    -- at once by the bytes where a record in the lean form names its
-    -- state (the parse below decides the rest).
+    -- Holders and waiters together, or many holders, go general before
+    -- any other work: told by the bytes where a record in the lean form
+    -- names its state (the parse below decides the rest), the last id's
+    -- first (a Session lists its newest entries first, and its holders
+    -- are most often its oldest).
     if n > 1 then
-      local w = string.find(ents[2] or '', '],"s":"w"', 1, true) ~= nil
-      if not w and n > LEAN_STEP then return nil end
-      for i = 3, n + 1 do
-        if (string.find(ents[i] or '', '],"s":"w"', 1, true) ~= nil) ~= w then return nil end
+      local w = waits(ents[2])
+      if (not w and n > LEAN_STEP) or waits(ents[n + 1]) ~= w then return nil end
+      for i = 3, n do
+        if waits(ents[i]) ~= w then return nil end
       end
     end
-    local es, keys, gone = {}, {}, seen
-    seen = {}
+    local gone = {}
+    for i = 1, n do
+      local id = ids[i]
+      if gone[id] or not id_ok(id) then return nil end
+      gone[id] = true
+    end
+    local es, keys, seen = {}, {}, {}
     local state = nil -- "h" or "w", that of every id
     for i = 1, n do
       local e = plain_rec(ents[i + 1])
