@@ -109,6 +109,27 @@ var fcallScenarios = []fcallScenario{
 		setup: func(call caller, r string) error { return enqueueWaiters1000(call, r, 100) },
 		run:   releaseWaiters1000,
 	},
+	{
+		name: "a cancelled wait", what: "a waiter's own release while the holder of its key holds (Ticket.Wait given up: each of 200 keys with a holder and the waiter behind it, enqueued just before, not counted)", ops: 200,
+		setup: func(call caller, r string) error {
+			if err := holders(call, r); err != nil {
+				return err
+			}
+			return waiters(call, r)
+		},
+		run: func(call caller, r string) error {
+			for i := range 200 {
+				rep, err := call("release", "waiter", "0", fmt.Sprintf("w%s-%d", r, i))
+				if err != nil {
+					return err
+				}
+				if was, _ := rep[1].([]any); len(was) != 1 || was[0] != "w" {
+					return fmt.Errorf("release of a waiter answered %v", rep[1])
+				}
+			}
+			return nil
+		},
+	},
 }
 
 // holders enqueues 200 holders, each of a key of its own (q<r>-<i>), and

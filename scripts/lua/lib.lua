@@ -1336,7 +1336,7 @@ end
 -- markers where the general path would, but for a hand-off (see
 -- lean_release).
 
-local lean_enqueue, lean_release
+local lean_enqueue, lean_release, lean_read
 do -- (the lean steps' helpers: locals of this block alone)
   -- The strings lean steps found valid: the last owner, host and pid of an
   -- enqueue (also free of the bytes JSON escapes), the last TTL, and keys
@@ -1934,7 +1934,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     return {EPOCH, was, {}}
   end
 
-  -- lean_release_step is release.lua's step when an owner releases plain
+  -- lean_release is release.lua's step when an owner releases plain
   -- holders of its own (tombstone lifetime 0): each leaves its key records,
   -- its entry and its deadline; on a key with waiters, the first waiters the
   -- freed slots let in (scan) are granted, in arrival order across the
@@ -1951,7 +1951,8 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- waits reports whether the entry record raw (or false) names the state
   -- "w" where the lean form puts it (a quick look, before any parse).
   local function waits(raw) return string.find(raw or '', '],"s":"w"', 1, true) ~= nil end
-  local function lean_release_step(KEYS, ARGV)
+  function lean_release(KEYS, ARGV)
+    LEAN_READ = nil
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
     local by, n = ARGV[3], #ARGV - 4
     if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
@@ -2106,14 +2107,13 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     return {EPOCH, was, granted_ids}
   end
-  -- lean_release is lean_release_step and, when it returns nil, what it
-  -- read of entries (the reply of HMGET entries \0 <ids>, or nil when it
-  -- read nothing), for the general path's open to take instead of reading
-  -- it again: the same ids, read by the same script run.
-  function lean_release(KEYS, ARGV)
+  -- lean_read is, after lean_release returned nil, what it read of
+  -- entries (the reply of HMGET entries \0 <ids>, or nil when it read
+  -- nothing), for the general path's open to take instead of reading it
+  -- again: the same ids, read by the same script run.
+  function lean_read()
+    local read = LEAN_READ
     LEAN_READ = nil
-    local reply = lean_release_step(KEYS, ARGV)
-    if reply then return reply end
-    return nil, LEAN_READ
+    return read
   end
 end

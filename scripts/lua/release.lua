@@ -20,8 +20,9 @@
 --        released by force)}, {ids granted}}.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
-local lean, read = lean_release(KEYS, ARGV) -- the common step, lean (lib.lua)
+local lean = lean_release(KEYS, ARGV) -- the common step, lean (lib.lua)
 if lean then return lean end
+local read = lean_read() -- what it read of entries, if anything
 local err = begin(KEYS, ARGV)
 if err then return err end
 
