@@ -903,6 +903,32 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 			{desc: "holders of S v", raw: func(ns string) { setField(c, ns, "S", 4, "v") }},
 			rel("o1", "w1"),
 		},
+		// from a second review (29bc35a): a holder named "\0", the id of
+		// deadlines' marker (scored -inf: the general path's purge finds
+		// it expired), and an invalid id where entries is a string (the
+		// ids are checked before any command)
+		"a waiter leaves a key whose holder is named NUL": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "holders of S NUL", raw: func(ns string) { setField(c, ns, "S", 4, "\x00") }},
+			rel("o1", "w0"),
+		},
+		"a hand-off beside a holder named NUL": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",2]]}]`), enq("o2", "60000", `[{"id":"h2","k":[["S",2]]}]`), enq("o1", "60000", reqs("w", 2, same, 2)),
+			{desc: "holders of S h NUL", raw: func(ns string) { setField(c, ns, "S", 5, "\x00") }},
+			rel("o2", "h"),
+		},
+		"an enqueue beside a holder named NUL": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",3]]}]`), enq("o2", "60000", `[{"id":"h2","k":[["S",3]]}]`),
+			{desc: "holders of S h NUL", raw: func(ns string) { setField(c, ns, "S", 5, "\x00") }},
+			enq("o1", "60000", reqs("w", 1, same, 3)),
+		},
+		"an invalid id, entries a string": {
+			{desc: "entries a string", raw: func(ns string) {
+				c.Del(context.Background(), nsKeys(ns)[0])
+				c.Set(context.Background(), nsKeys(ns)[0], "x", 0)
+			}},
+			rel("o1", "a b"),
+		},
 		"settled id, lapsed, again": {
 			settle("o1", "z"), {desc: "settle z 1 ms", script: "release", args: []any{"o1", "1", "y"}},
 			{desc: "sleep", sleep: 20 * time.Millisecond}, enq("o1", "60000", `[{"id":"y","k":[["S",1]]}]`), enq("o1", "60000", `[{"id":"z","k":[["S",1]]}]`),

@@ -1675,13 +1675,15 @@ do -- (the lean steps' helpers: locals of this block alone)
     return tonumber(m[2] or '0')
   end
 
-  -- lean_live reports whether every id of list has a deadline (with nothing
-  -- expired, one that has not passed: alive, and a purge removes none).
+  -- lean_live reports whether every id of list has a deadline that has
+  -- not passed (purge's test: a purge removes none). With nothing expired,
+  -- only the id "\0" (deadlines' marker, scored -inf; a holder so named
+  -- only by hand) fails it having one.
   local function lean_live(list)
     if #list == 0 then return true end
     local dls = mcall('ZMSCORE', K_DEADLINES, list)
     for i = 1, #list do
-      if not dls[i] then return false end
+      if not dls[i] or tonumber(dls[i]) <= NOW then return false end
     end
     return true
   end
@@ -1958,6 +1960,12 @@ do -- (the lean steps' helpers: locals of this block alone)
     if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
     local ids = {}
     for i = 5, #ARGV do ids[i - 4] = ARGV[i] end
+    local gone = {}
+    for i = 1, n do
+      local id = ids[i]
+      if gone[id] or not id_ok(id) then return nil end
+      gone[id] = true
+    end
     lean_begin(KEYS, ARGV)
     local nowS = lean_clock()
     local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
@@ -1974,12 +1982,6 @@ do -- (the lean steps' helpers: locals of this block alone)
       for i = 3, n do
         if waits(ents[i]) ~= w then return nil end
       end
-    end
-    local gone = {}
-    for i = 1, n do
-      local id = ids[i]
-      if gone[id] or not id_ok(id) then return nil end
-      gone[id] = true
     end
     local es, keys, seen = {}, {}, {}
     local state = nil -- "h" or "w", that of every id

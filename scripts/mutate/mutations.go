@@ -457,6 +457,14 @@ finish()`},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
 	},
 	{
+		Name: "lean/live-any-score",
+		What: "the lean steps count as alive a holder whose deadline is any score, the -inf of deadlines' marker too (a holder named NUL, by hand): the general path's purge drops it and grants the waiter behind, the lean step keeps its slot",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if not dls[i] or tonumber(dls[i]) <= NOW then return false end`, New: `      if not dls[i] then return false end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios",
+	},
+	{
 		Name:  "core/stale-hint",
 		What:  "a grant hint is taken after the waiter's local deadline passed (invariant 6)",
 		Edits: []Edit{{File: "lanes/heartbeat.go", Old: `e.seq == h.Seq && time.Now().Before(e.deadline)`, New: `e.seq == h.Seq`}},
