@@ -77,29 +77,38 @@ func scriptTime(b *testing.B, c *redis.Client) int64 {
 // commandStat sums one field (e.g. "calls=") of the commands of INFO
 // commandstats that count says to.
 func commandStat(tb testing.TB, c *redis.Client, field string, count func(name string) bool) int64 {
+	var total int64
+	for name, n := range commandStats(tb, c, field) {
+		if count(name) {
+			total += n
+		}
+	}
+	return total
+}
+
+// commandStats is one field (e.g. "calls=") of each command in INFO
+// commandstats, by the command's name as INFO gives it (lower case).
+func commandStats(tb testing.TB, c *redis.Client, field string) map[string]int64 {
 	tb.Helper()
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var total int64
+	out := map[string]int64{}
 	for _, line := range strings.Split(info, "\n") {
 		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
 		if !ok {
 			continue
 		}
 		name, fields, _ := strings.Cut(rest, ":")
-		if !count(name) {
-			continue
-		}
 		for _, f := range strings.Split(fields, ",") {
 			if v, ok := strings.CutPrefix(f, field); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
+				out[name] += n
 			}
 		}
 	}
-	return total
+	return out
 }
 
 // BenchmarkAcquireRelease is one uncontended acquire and release of one key

@@ -3,7 +3,6 @@ package redislane_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -180,9 +179,9 @@ func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
 	enqueue("o0", `[{"id":"h","k":[["k",1]]},{"id":"i","k":[["r",2]]}]`)
 	enqueue("o1", `[{"id":"w0","k":[["k",1]]},{"id":"w1","k":[["k",1]]},{"id":"w2","k":[["k",1]]},{"id":"w3","k":[["k",1]]}]`)
 
-	before := commandCounts(t, c)
+	before := commandStats(t, c, "calls=")
 	r, _ := step(ns, "release", "o1", "0", "w1", "w3")
-	got := commandCounts(t, c)
+	got := commandStats(t, c, "calls=")
 	for name, n := range before {
 		got[name] -= n
 	}
@@ -211,9 +210,9 @@ func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
 	// the general path's (it grants v).
 	enqueue("o1", `[{"id":"x","k":[["k",1],["r",2]]}]`)
 	enqueue("o0", `[{"id":"v","k":[["r",2]]}]`)
-	before = commandCounts(t, c)
+	before = commandStats(t, c, "calls=")
 	r, _ = step(ns, "release", "o1", "0", "x")
-	got = commandCounts(t, c)
+	got = commandStats(t, c, "calls=")
 	if fmt.Sprint(r[2]) != "[v]" {
 		t.Errorf("release of x answered %v; want v granted", r)
 	}
@@ -225,26 +224,4 @@ func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
 	if n := got["hmget"] - before["hmget"]; n != 3 {
 		t.Errorf("release of x ran HMGET %d times; want 3 (entries once, the lean attempt's read taken by the general path; lanes by each)", n)
 	}
-}
-
-// commandCounts is the calls of each command in INFO commandstats, by
-// name in lower case.
-func commandCounts(t *testing.T, c *redis.Client) map[string]int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int64{}
-	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, _ := strings.Cut(rest, ":")
-		calls, _, _ := strings.Cut(strings.TrimPrefix(fields, "calls="), ",")
-		n, _ := strconv.ParseInt(calls, 10, 64)
-		out[strings.ToLower(name)] = n
-	}
-	return out
 }

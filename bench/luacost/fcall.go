@@ -43,13 +43,8 @@ var fcallScenarios = []fcallScenario{
 	},
 	{
 		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (both enqueued just before, not counted), 200 times", ops: 200,
-		setup: func(call caller, r string) error {
-			if err := holders(call, r); err != nil {
-				return err
-			}
-			return waiters(call, r)
-		},
-		run: func(call caller, r string) error { return releases200(call, r) },
+		setup: holdersAndWaiters,
+		run:   func(call caller, r string) error { return releases200(call, r) },
 	},
 	{
 		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the holder enqueued just before, not counted), 200 times", ops: 200,
@@ -111,12 +106,7 @@ var fcallScenarios = []fcallScenario{
 	},
 	{
 		name: "a cancelled wait", what: "a waiter's own release while the holder of its key holds (Ticket.Wait given up: each of 200 keys with a holder and the waiter behind it, enqueued just before, not counted)", ops: 200,
-		setup: func(call caller, r string) error {
-			if err := holders(call, r); err != nil {
-				return err
-			}
-			return waiters(call, r)
-		},
+		setup: holdersAndWaiters,
 		run: func(call caller, r string) error {
 			for i := range 200 {
 				rep, err := call("release", "waiter", "0", fmt.Sprintf("w%s-%d", r, i))
@@ -135,6 +125,14 @@ var fcallScenarios = []fcallScenario{
 // holders enqueues 200 holders, each of a key of its own (q<r>-<i>), and
 // waiters one waiter behind each.
 func holders(call caller, r string) error { return each200(call, r, "holder", "h") }
+
+// holdersAndWaiters is holders, then waiters.
+func holdersAndWaiters(call caller, r string) error {
+	if err := holders(call, r); err != nil {
+		return err
+	}
+	return waiters(call, r)
+}
 func waiters(call caller, r string) error { return each200(call, r, "waiter", "w") }
 
 func each200(call caller, r, owner, prefix string) error {

@@ -1324,8 +1324,9 @@ end
 -- Lean steps (issue 12). The common steps are taken whole before begin
 -- and without the general machinery: an enqueue of plain requests, an
 -- owner's release of plain holders with the hand-off to the plain waiters
--- that frees, and an owner's release of plain waiters that frees nothing. A plain request is new (no entry of its id), names neither
--- lineage nor rates, and comes in the form the Go client writes
+-- that frees, and an owner's release of plain waiters that frees nothing.
+-- A plain request is new (no entry of its id), names neither lineage nor
+-- rates, and comes in the form the Go client writes
 -- (lean_requests); a plain entry has a record in the form lean steps
 -- write (plain_rec): it neither lends (b), borrows (r), has a lineage (l)
 -- nor has ended (v, z). A lean step does what the general path would do
@@ -1936,6 +1937,11 @@ do -- (the lean steps' helpers: locals of this block alone)
     return {EPOCH, was, {}}
   end
 
+  local LEAN_READ -- what lean_release read of entries, for the general path
+  -- waits reports whether the entry record raw (or false) names the state
+  -- "w" where the lean form puts it (a quick look, before any parse).
+  local function waits(raw) return string.find(raw or '', '],"s":"w"', 1, true) ~= nil end
+
   -- lean_release is release.lua's step when an owner releases plain
   -- holders of its own (tombstone lifetime 0): each leaves its key records,
   -- its entry and its deadline; on a key with waiters, the first waiters the
@@ -1949,10 +1955,6 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- entry, a remaining holder without a deadline, a marker missing, a
   -- frozen namespace, more room than RATE_SCAN: the general path's to
   -- decide).
-  local LEAN_READ -- what lean_release read of entries, for the general path
-  -- waits reports whether the entry record raw (or false) names the state
-  -- "w" where the lean form puts it (a quick look, before any parse).
-  local function waits(raw) return string.find(raw or '', '],"s":"w"', 1, true) ~= nil end
   function lean_release(KEYS, ARGV)
     LEAN_READ = nil
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
