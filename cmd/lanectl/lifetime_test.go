@@ -198,8 +198,8 @@ concurrency = { key = "k" }
 }
 
 // TestLockLeaseLostToOutageWhenCommandObeysSIGTERM: Redis becomes
-// unreachable while lock's command (sleep 60, which does not trap
-// SIGTERM) runs; lanectl's guard sends it SIGTERM a margin before the
+// unreachable while lock's command (sh exec'ing sleep 60, which does not
+// trap SIGTERM) runs; lanectl's guard sends it SIGTERM a margin before the
 // lease's local deadline and the command dies of it. lanectl must still
 // exit 79 (lease lost) with one line that says so and why, not pass on the
 // command's 143 in silence. The outage is a miniredis server closed under
@@ -208,11 +208,15 @@ concurrency = { key = "k" }
 // deadline passes before any renewal, so the loss is certain, not a race.
 func TestLockLeaseLostToOutageWhenCommandObeysSIGTERM(t *testing.T) {
 	check := func(t *testing.T, s *server, ttl string, outage func()) {
-		p := startBin(t, s.args("lock", "--ttl", ttl, "k", "--", "sleep", "60")...)
-		eventually(t, "lanectl holds k", func() bool {
-			snap := s.inspect(t)
-			return len(snap.Keys) == 1 && len(snap.Keys[0].Holders) == 1
-		})
+		// The command writes its pid and becomes sleep 60. The outage
+		// starts once it runs: a holder seen in the namespace is not yet a
+		// grant lanectl has read (the grant's reply can be lost to the
+		// outage, and then lanectl rightly exits 69, unable to tell).
+		ready := filepath.Join(t.TempDir(), "ready")
+		p := startBin(t, s.args("lock", "--ttl", ttl, "k", "--", "sh", "-c", `echo $$ > "$0"; exec sleep 60`, ready)...)
+		eventually(t, "lock's command runs", func() bool { return pidIn(ready) > 0 })
+		pid := pidIn(ready)
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
 		outage()
 		code := p.wait(t)
 		stderr := p.stderr.String()
