@@ -357,6 +357,80 @@ func BenchmarkReleaseHandoff(b *testing.B) {
 	b.ReportMetric(float64(usec)/float64(b.N), "script-µs/op")
 }
 
+// BenchmarkReleaseToSession times a holder's Lease.Release after a pause
+// of 3 ms (RealRedis), as the bench harness's handoff cell does: in
+// "waiter", the release grants a waiter whose Session, on a Backend of its
+// own in the same namespace, is in this process and waits (its grant hint
+// arrives on its pub/sub connection as the release's reply arrives); in
+// "none", the same release after the same pause grants nobody. Issue 12's
+// target is waiter at most 1.5x none. Only the Release call is timed; the
+// waiter's Acquire and release are not. Run it with -trace to see where a
+// waiter adds time: both connections turn readable at once and the Go
+// runtime runs the waiter's reader, its hint and its Acquire's return
+// before the releasing goroutine, unless another thread wakes first.
+func BenchmarkReleaseToSession(b *testing.B) {
+	ctx := context.Background()
+	hb := newBackend(b, realClient(b))
+	wb, err := redislane.New(realClient(b), hb.Namespace())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { wb.Close() })
+	holder, err := lanes.NewSession(ctx, hb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { holder.Close() })
+	waiter, err := lanes.NewSession(ctx, wb)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { waiter.Close() })
+	req := lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}}
+	for _, withWaiter := range []bool{true, false} {
+		name := "none"
+		if withWaiter {
+			name = "waiter"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				l, err := holder.Acquire(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got := make(chan error, 1)
+				if withWaiter {
+					t, err := waiter.Enqueue(ctx, req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					go func() {
+						wl, err := t[0].Wait(ctx)
+						if err == nil {
+							err = wl.Release(ctx)
+						}
+						got <- err
+					}()
+				}
+				time.Sleep(3 * time.Millisecond)
+				b.StartTimer()
+				err = l.Release(ctx)
+				b.StopTimer()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if withWaiter {
+					if err := <-got; err != nil {
+						b.Fatalf("the waiter: %v", err)
+					}
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
 // BenchmarkSessionClose10k is Session.Close of a Session with 10,000
 // waiters queued behind another Session's holder of a key of limit 1
 // (RealRedis), as the bench harness's "Session.Close" cell measures: the

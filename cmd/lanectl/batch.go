@@ -443,11 +443,37 @@ func newBatchView(calls []sched.Call, res *sched.Result, paused string) []batchO
 func (o *batchOptions) pausedText() string {
 	switch {
 	case o.checkpoint != "":
-		return "not run yet: the batch paused; lanectl batch --resume " + o.checkpoint + " runs it"
+		return "not run yet: the batch paused; " + o.resumeCommand() + " runs it"
 	case o.runID != "":
 		return "not run yet: the batch paused without --checkpoint; the same batch again with --run-id " + o.runID + " runs it (and no settled call again)"
 	}
 	return "not run: the batch paused without --checkpoint or --run-id, so nothing can resume it"
+}
+
+// resumeCommand is the command line that resumes this batch from its
+// checkpoint: --tools and --resume, and the flags of this batch that a
+// resumed run needs again (--local, --reply with its --calls; a batch run
+// with --no-lanes resumes with lanes, which --no-lanes cannot).
+// Global flags, such as --namespace, are left to the caller's
+// environment, as LANES_NAMESPACE and LANES_REDIS_URL are.
+func (o *batchOptions) resumeCommand() string {
+	args := []string{"lanectl", "batch", "--tools", shellWord(o.tools), "--resume", shellWord(o.checkpoint)}
+	if o.local {
+		args = append(args, "--local")
+	}
+	if o.reply {
+		args = append(args, "--reply", "--calls", shellWord(o.calls))
+	}
+	return strings.Join(args, " ")
+}
+
+// shellWord quotes s for a POSIX shell when it holds a byte outside the
+// ones a path or flag value is commonly made of.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:=@%+,-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // callOutcomes returns one outcome per call in call order, each with its

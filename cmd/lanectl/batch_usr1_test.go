@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,7 +59,8 @@ read_only_hint = true
 	if code != 0 || stderr != "" {
 		t.Fatalf("batch after a SIGUSR1 = %d, stderr %q; want 0 and nothing", code, stderr)
 	}
-	checkOutcomes(t, decodeBatch(t, out), []want{{"c1", "read", "interrupted", "the batch paused"}, {"c2", "read", "interrupted", "the batch paused"}})
+	paused := decodeBatch(t, out)
+	checkOutcomes(t, paused, []want{{"c1", "read", "interrupted", "the batch paused"}, {"c2", "read", "interrupted", "the batch paused"}})
 	if fileExists(log) {
 		t.Fatalf("the paused batch ran calls (log %q); want none", logLines(t, log))
 	}
@@ -66,7 +68,15 @@ read_only_hint = true
 		t.Fatal("no checkpoint written")
 	}
 
-	code, out, stderr = runInProcess(t, append(flags, "--resume", cp)...)
+	// The command the outcome names resumes the batch as it is (a
+	// README trial ran the one it named before, which lacked --tools).
+	_, resume, ok := strings.Cut(paused[0].Error, "; lanectl ")
+	resume, ok2 := strings.CutSuffix(resume, " runs it")
+	wantCmd := fmt.Sprintf("batch --tools %s --resume %s --local", d.tools, cp)
+	if !ok || !ok2 || resume != wantCmd {
+		t.Fatalf("the interrupted call's outcome = %q; want it to name lanectl %s", paused[0].Error, wantCmd)
+	}
+	code, out, stderr = runInProcess(t, append(strings.Fields(resume), "--json")...)
 	if code != 0 || stderr != "" {
 		t.Fatalf("batch --resume = %d, stderr %q; want 0 and nothing", code, stderr)
 	}
