@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -61,7 +63,7 @@ func startTelemetry(ctx context.Context, getenv func(string) string, stderr io.W
 	}
 	if signalOn(getenv, "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
 		t.errorsTo()
-		exp, err := autoexport.NewSpanExporter(ctx)
+		exp, err := spanExporter(ctx, getenv, stderr)
 		switch {
 		case err != nil:
 			fmt.Fprintf(stderr, "lanectl: traces off: %v\n", err)
@@ -72,7 +74,7 @@ func startTelemetry(ctx context.Context, getenv func(string) string, stderr io.W
 	}
 	if signalOn(getenv, "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") {
 		t.errorsTo()
-		r, err := autoexport.NewMetricReader(ctx)
+		r, err := metricReader(ctx, getenv, stderr)
 		switch {
 		case err != nil:
 			fmt.Fprintf(stderr, "lanectl: metrics off: %v\n", err)
@@ -82,6 +84,50 @@ func startTelemetry(ctx context.Context, getenv func(string) string, stderr io.W
 		}
 	}
 	return ctx, t
+}
+
+// spanExporter is autoexport's, but for OTEL_TRACES_EXPORTER=console, whose
+// spans go to stderr: lanectl's stdout carries what scripts read (--json,
+// --reply, the command's own output), which spans would break.
+func spanExporter(ctx context.Context, getenv func(string) string, stderr io.Writer) (sdktrace.SpanExporter, error) {
+	switch v := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); v {
+	case "console":
+		return stdouttrace.New(stdouttrace.WithWriter(stderr))
+	case "", "otlp", "none":
+		exp, err := autoexport.NewSpanExporter(ctx)
+		return exp, named(getenv, "OTEL_TRACES_EXPORTER", err)
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_EXPORTER=%q names no exporter lanectl has (otlp, console or none)", v)
+	}
+}
+
+// metricReader is autoexport's, but for OTEL_METRICS_EXPORTER=console,
+// which writes to stderr as spanExporter's does (and reads no
+// OTEL_METRICS_PRODUCERS: lanectl registers no producer).
+func metricReader(ctx context.Context, getenv func(string) string, stderr io.Writer) (sdkmetric.Reader, error) {
+	switch v := strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER")); v {
+	case "console":
+		exp, err := stdoutmetric.New(stdoutmetric.WithWriter(stderr))
+		if err != nil {
+			return nil, err
+		}
+		return sdkmetric.NewPeriodicReader(exp), nil
+	case "", "otlp", "prometheus", "none":
+		r, err := autoexport.NewMetricReader(ctx)
+		return r, named(getenv, "OTEL_METRICS_EXPORTER", err)
+	default:
+		return nil, fmt.Errorf("OTEL_METRICS_EXPORTER=%q names no exporter lanectl has (otlp, console, prometheus or none)", v)
+	}
+}
+
+// named puts the variable that chose the exporter, and its value, before
+// the exporter's error, when both are there: OTEL_TRACES_EXPORTER="otlp":
+// invalid OTLP protocol...
+func named(getenv func(string) string, variable string, err error) error {
+	if v := getenv(variable); v != "" && err != nil {
+		return fmt.Errorf("%s=%q: %w", variable, v, err)
+	}
+	return err
 }
 
 // signalOn reports whether the variables turn a signal on: its exporter
