@@ -2,6 +2,7 @@ package lanes
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -23,10 +24,14 @@ import (
 // MaxRatePer bounds a rate's window.
 const MaxRatePer = 24 * time.Hour
 
-// MaxRateLog bounds the (time, cost) pairs a backend keeps per rate key.
-// Past it, the two oldest pairs are merged into one at the later time: the
-// merged units leave the window later than they would, so the bound is
-// still kept, only more strictly (never less).
+// MaxRateLog bounds the (time, cost) pairs a backend keeps per rate key
+// within a window. A grant in the same slice of the window (its
+// MaxRateLog-th part: 1ms of a 1s window) as the key's last grant joins
+// that grant's pair, at the later time: its units leave the window at
+// most a slice late, so the bound is still kept, only more strictly
+// (never less), and a window holds at most MaxRateLog + 1 pairs. Past
+// that (pairs kept under an earlier rate's longer window), the two oldest
+// pairs within the window are merged into one at the later time.
 const MaxRateLog = 1000
 
 // Rate is a rate limit on a key: at most Limit units per window of Per.
@@ -155,15 +160,35 @@ func (l *rateLog) within(now time.Time, per time.Duration) int {
 	return n
 }
 
-// spend records cost units spent at now, merging the two oldest uses past
-// MaxRateLog.
+// spend records cost units spent at now, under l.rate, on a log pruned at
+// now: in the last use when it fell in the same slice of l.rate's window
+// (MaxRateLog), else as a use of its own; past MaxRateLog + 1 uses, the two
+// oldest merge. (A break-it review found the old rule, the two oldest
+// merged past MaxRateLog, carrying units forward for as long as more than
+// MaxRateLog grants came per window: a rate used at 30% stalled.)
 func (l *rateLog) spend(now time.Time, cost int) {
-	l.uses = append(l.uses, rateUse{now, cost})
 	l.spent += cost
-	if len(l.uses) > MaxRateLog {
+	if n := len(l.uses); n > 0 && sameSlice(l.uses[n-1].at, now, l.rate.Per) {
+		last := &l.uses[n-1]
+		if now.After(last.at) {
+			last.at = now
+		}
+		last.cost += cost
+		return
+	}
+	l.uses = append(l.uses, rateUse{now, cost})
+	if len(l.uses) > MaxRateLog+1 {
 		l.uses[1].cost += l.uses[0].cost
 		l.uses = l.uses[1:]
 	}
+}
+
+// sameSlice reports whether a and b fall in the same MaxRateLog-th part of
+// a window of length per, counted from the Unix epoch in µs as the Redis
+// backend's clock counts (docs/PROTOCOL.md, Rate records).
+func sameSlice(a, b time.Time, per time.Duration) bool {
+	slice := float64(per.Microseconds()) / MaxRateLog
+	return math.Floor(float64(a.UnixMicro())/slice) == math.Floor(float64(b.UnixMicro())/slice)
 }
 
 // freeAt returns when enough units leave the window of r for cost more

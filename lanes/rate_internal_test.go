@@ -5,29 +5,70 @@ import (
 	"time"
 )
 
-// The sliding log of a rate key: exact while it has at most MaxRateLog
-// pairs; past it, merging the two oldest only keeps units in the window
-// longer, so "at most Limit units in any window of Per" still holds.
-func TestRateLogMergesOldestPastBound(t *testing.T) {
+// The sliding log of a rate key: a spend in the same slice of the window
+// (its MaxRateLog-th part) as the last joins its pair at the later time,
+// so units leave at most a slice late and "at most Limit units in any
+// window of Per" still holds.
+func TestRateLogMergesWithinASlice(t *testing.T) {
 	t0 := time.UnixMilli(1_000_000)
-	l := &rateLog{rate: Rate{Limit: 5000, Per: time.Second}}
+	l := &rateLog{rate: Rate{Limit: 5000, Per: time.Second}} // slices of 1ms
 	for i := range MaxRateLog + 10 {
 		l.spend(t0.Add(time.Duration(i)*time.Microsecond*100), 1)
 	}
-	if len(l.uses) != MaxRateLog || l.spent != MaxRateLog+10 {
-		t.Fatalf("after %d spends: %d pairs, %d spent; want %d pairs and every unit", MaxRateLog+10, len(l.uses), l.spent, MaxRateLog)
+	if len(l.uses) != 101 || l.spent != MaxRateLog+10 {
+		t.Fatalf("after %d spends 100µs apart: %d pairs, %d spent; want 101 pairs (one a ms) and every unit", MaxRateLog+10, len(l.uses), l.spent)
 	}
-	if l.uses[0].cost != 11 || !l.uses[0].at.Equal(t0.Add(10*100*time.Microsecond)) {
-		t.Errorf("oldest pair %+v; want the first 11 units at the 11th spend's time", l.uses[0])
+	if l.uses[0].cost != 10 || !l.uses[0].at.Equal(t0.Add(900*time.Microsecond)) {
+		t.Errorf("oldest pair %+v; want the first ms's 10 units at its last spend's time", l.uses[0])
 	}
 	// The merged units leave at the later time, never earlier.
 	l.prune(t0.Add(time.Second + 500*time.Microsecond))
 	if l.spent != MaxRateLog+10 {
 		t.Errorf("spent %d just after the first spend's window; want all %d still counted (merged later)", l.spent, MaxRateLog+10)
 	}
-	l.prune(t0.Add(time.Second + 1001*time.Microsecond))
-	if l.spent != MaxRateLog+10-11 {
-		t.Errorf("spent %d after the merged pair's window; want %d", l.spent, MaxRateLog+10-11)
+	l.prune(t0.Add(time.Second + 901*time.Microsecond))
+	if l.spent != MaxRateLog {
+		t.Errorf("spent %d after the merged pair's window; want %d", l.spent, MaxRateLog)
+	}
+}
+
+// Regression (break-it review of 2026-12-04, finding 1): with more than
+// MaxRateLog grants a window, merging the two oldest pairs at every spend
+// carried units forward for as long as the grants kept coming: spent only
+// grew, and a rate used at 30% stalled once it reached the limit. Spent
+// now stays what the window holds, give or take a slice at each end.
+func TestRateLogSteadyPastMaxRateLog(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	l := &rateLog{rate: Rate{Limit: 5000, Per: time.Second}}
+	const every = 666 * time.Microsecond // 1,501 a window
+	for i := range 15000 {               // 10 windows
+		now := t0.Add(time.Duration(i) * every)
+		l.prune(now)
+		if got := l.within(now, l.rate.Per); got+1 > l.rate.Limit || got > 1503 {
+			t.Fatalf("spend %d: %d units counted in the window, which holds 1,501 spends; want no more than 1,503", i, got)
+		}
+		l.spend(now, 1)
+		if len(l.uses) > MaxRateLog+1 {
+			t.Fatalf("spend %d: %d pairs; want at most %d", i, len(l.uses), MaxRateLog+1)
+		}
+	}
+}
+
+// Past MaxRateLog + 1 pairs within the window (kept under an earlier
+// rate's finer slices), the two oldest merge at the later time.
+func TestRateLogMergesOldestPastBound(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	l := &rateLog{rate: Rate{Limit: 5000, Per: time.Second}}
+	for i := range MaxRateLog + 1 { // 10µs apart: an earlier rate's slices
+		l.uses = append(l.uses, rateUse{t0.Add(time.Duration(i) * 10 * time.Microsecond), 1})
+		l.spent++
+	}
+	l.spend(t0.Add(20*time.Millisecond), 1)
+	if len(l.uses) != MaxRateLog+1 || l.spent != MaxRateLog+2 {
+		t.Fatalf("%d pairs, %d spent; want %d pairs and every unit", len(l.uses), l.spent, MaxRateLog+1)
+	}
+	if l.uses[0].cost != 2 || !l.uses[0].at.Equal(t0.Add(10*time.Microsecond)) {
+		t.Errorf("oldest pair %+v; want the first 2 units at the second's time", l.uses[0])
 	}
 }
 

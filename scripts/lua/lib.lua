@@ -495,9 +495,11 @@ end
 -- while its µs plus that rate's window is at or after NOW_US (TIME
 -- truncates to the µs: counting the last µs too makes the bound exact for
 -- any real window of the rate's length); a write drops the
--- pairs past the log's own window; past RATE_LOG_MAX pairs the two oldest
--- merge into one at the later µs (its units leave later than they would:
--- the bound holds, more strictly). The log lives while the key has holders
+-- pairs past the log's own window; a grant in the same slice of the
+-- window (its RATE_LOG_MAX-th part) as the last joins its pair at the
+-- later µs, and past RATE_LOG_MAX + 1 pairs within the window the two
+-- oldest merge into one at the later µs (their units leave later than
+-- they would: the bound holds, more strictly). The log lives while the key has holders
 -- or waiters or units in the window, and binds no one by itself: while the
 -- key has holders or waiters its rate is the one they carry (one key, one
 -- rate), and a request on an idle key may name another, decided before the
@@ -593,8 +595,27 @@ local function rate_spend(e, kl)
     RATES[key] = r
   end
   r.lim, r.per = kl[3], kl[4]
-  r.u[#r.u + 1] = {NOW_US, kl[5]}
-  if #r.u > RATE_LOG_MAX then
+  -- A grant in the same slice of the window (its RATE_LOG_MAX-th part) as
+  -- the key's last one joins its pair, at the later µs; the pairs past the
+  -- window go before the two oldest merge (a break-it review found units
+  -- carried forward for as long as more than RATE_LOG_MAX grants came per
+  -- window, even past their window: a rate used at 30% stalled).
+  local slice = r.per * 1000 / RATE_LOG_MAX
+  local last = r.u[#r.u]
+  if last and math.floor(last[1] / slice) == math.floor(NOW_US / slice) then
+    last[1], last[2] = math.max(last[1], NOW_US), last[2] + kl[5]
+  else
+    r.u[#r.u + 1] = {NOW_US, kl[5]}
+  end
+  if #r.u > RATE_LOG_MAX + 1 then
+    local _, first = rate_spent(r, r.per)
+    if first > 1 then
+      local u = {}
+      for i = first, #r.u do u[#u + 1] = r.u[i] end
+      r.u = u
+    end
+  end
+  if #r.u > RATE_LOG_MAX + 1 then
     r.u[2][2] = r.u[2][2] + r.u[1][2]
     table.remove(r.u, 1)
   end
