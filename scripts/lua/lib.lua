@@ -424,10 +424,12 @@ local function kget(key)
   if raw == nil then raw = redis.call('HGET', K_LANES, key) or false end
   r = {l = 0, t = 0, w = 0, h = {}}
   if raw then
-    local ep, l, t, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
+    -- (a count below 0 only a state edited by hand leads to: read as 0,
+    -- with the holders the record lists, never as an idle key)
+    local ep, l, t, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%-?%d+)(.*)$')
     r.t = tonumber(t) or 0
     if ep == EPOCH then
-      r.l, r.w = tonumber(l), tonumber(w)
+      r.l, r.w = tonumber(l), math.max(tonumber(w), 0)
       if #rest > 1 and string.byte(rest) == 32 and not string.find(rest, '%s', 2) then
         r.h[1] = string.sub(rest, 2) -- one holder, the common case
       elseif rest ~= '' then
@@ -465,7 +467,7 @@ local function flush()
   for key in pairs(dirty) do
     local r = KREC[key]
     args[#args + 1] = key
-    args[#args + 1] = string.format('%s %d %d %d', EPOCH, r.l, r.t, r.w)
+    args[#args + 1] = string.format('%s %d %d %d', EPOCH, r.l, r.t, math.max(r.w, 0))
       .. (#r.h > 0 and ' ' .. table.concat(r.h, ' ') or '')
     if #args >= 2000 then
       redis.call('HSET', K_LANES, unpack(args))
@@ -1689,12 +1691,16 @@ do -- (the lean steps' helpers: locals of this block alone)
   end
 
   -- lean_confirm is confirm for a lean step: the markers of queue, nested
-  -- and meta, and the last sequence number (nil when a marker is missing).
+  -- and meta, and the last sequence number (nil when a marker is missing,
+  -- or the number is not a whole number of at least 0: the general path
+  -- reads it again from the queue).
   local function lean_confirm()
     if not (redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')) then return nil end
     local m = redis.call('HMGET', K_META, '\0', 'seq')
     if not m[1] then return nil end
-    return tonumber(m[2] or '0')
+    local seq = tonumber(m[2] or '0')
+    if not seq or seq < 0 or seq ~= math.floor(seq) then return nil end
+    return seq
   end
 
   -- lean_live reports whether every id of list has a deadline that has
