@@ -15,7 +15,9 @@ import (
 const maxLinks = 255
 
 // FileKey returns the lock key of the file at path: "file:" and the path the
-// kernel would open, so every spelling of one file gives one key. A relative
+// kernel would open, so every spelling of one path gives one key (a hard
+// link is another path to the file, and gets its own key: a workspace that
+// hard-links files it locks must lock them by one name). A relative
 // path is taken against root (the workspace root; empty means the working
 // directory).
 //

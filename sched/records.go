@@ -134,7 +134,7 @@ func (r *run) fromRecord(i int, field string) *Outcome {
 	case rec.State == recInterrupted && r.resumed != nil:
 		return nil
 	default:
-		why := "it was in flight when the run that started it stopped"
+		why := "it was in flight in another run of this run id, which stopped or still runs"
 		if rec.State == recInterrupted {
 			why = "it asked a question and the run was started again instead of resumed"
 		}

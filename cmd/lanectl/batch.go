@@ -199,6 +199,12 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 	if err != nil {
 		return &exitError{code: exitDataErr, err: err}
 	}
+	if len(file.Config.Tools) == 0 && len(file.Servers) == 0 {
+		// Valid TOML that declares nothing (an empty file, /dev/null, a
+		// wrong path to a file of other settings): every call would end
+		// TOOL_UNKNOWN, and exit 0 (found by a README trial).
+		return &exitError{code: exitDataErr, err: fmt.Errorf("%s declares no tool: no [tools.NAME] with a command and no [mcp_servers]; every call would fail as an unknown tool", o.tools)}
+	}
 	var (
 		calls  []sched.Call
 		format batch.Format

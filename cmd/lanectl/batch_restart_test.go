@@ -82,7 +82,7 @@ idempotent = true
 				got := decodeBatch(t, out)
 				checkOutcomes(t, got, []want{
 					{"c1", tc.tool, "ok", ""}, {"c2", tc.tool, "ok", ""}, {"c3", tc.tool, "ok", ""},
-					{"c4", tc.tool, tc.status, "in flight when the run that started it stopped"},
+					{"c4", tc.tool, tc.status, "in flight in another run of this run id"},
 					{"c5", tc.tool, "ok", ""},
 				})
 				for i, o := range got {

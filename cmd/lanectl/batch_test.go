@@ -392,6 +392,9 @@ func TestBatchDataErrors(t *testing.T) {
 		{"malformed safe_if", badCEL, good, []string{badCEL, "tools.file.safe_if: is not a valid CEL expression"}},
 		{"resume from a file that is no checkpoint", d.tools, "resume:" + notCheckpoint, []string{notCheckpoint, "is not a checkpoint of lanectl batch"}},
 		{"resume from a missing file", d.tools, "resume:" + missing, []string{"cannot read the checkpoint " + missing, "no such file"}},
+		// Regression (README trial of 2026-12-04): valid TOML that
+		// declares no tool ran every call to TOOL_UNKNOWN and exited 0.
+		{"a tools file that declares no tool", os.DevNull, good, []string{os.DevNull + " declares no tool"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			from := []string{"--calls", tt.calls}

@@ -65,7 +65,7 @@ func (g *globalOptions) connect(ctx context.Context, t *redisTarget, ns string) 
 		}
 		if m := misrouted(err); m != "" {
 			c.Close()
-			return nil, &unreachableError{url: redactURL(g.redisURL), err: err}
+			return nil, g.unreachable(err)
 		}
 		return c, nil
 	case err != nil:
@@ -104,7 +104,7 @@ func (g *globalOptions) connectError(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	return &unreachableError{url: redactURL(g.redisURL), err: err}
+	return g.unreachable(err)
 }
 
 // honourContexts makes the client t gives end a command when its

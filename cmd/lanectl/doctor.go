@@ -170,7 +170,7 @@ func writeReport(w io.Writer, r *redislane.Report) error {
 	}
 	switch {
 	case r.OK() && r.Epoch == "":
-		_, err := fmt.Fprintln(w, "no problem found: the namespace holds no state (unused, or every entry ended; check its name)")
+		_, err := fmt.Fprintln(w, "no problem found: the namespace holds no state (never used on this server, or its keys were deleted; check its name)")
 		return err
 	case r.OK():
 		_, err := fmt.Fprintln(w, "no problem found")

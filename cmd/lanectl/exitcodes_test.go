@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -89,5 +90,24 @@ func TestExitCodesDistinct(t *testing.T) {
 			t.Errorf("exit code %d means both %s and %s", c, name, other)
 		}
 		codes[c] = name
+	}
+}
+
+// A server lanectl could not reach when nothing named one says how to
+// name one (a README trial ran status in a new terminal, without the
+// walkthrough's LANES_REDIS_URL, and was told only "connection refused");
+// one that was named is not second-guessed.
+func TestUnreachableDefaultSaysHowToNameAServer(t *testing.T) {
+	g := &globalOptions{getenv: func(string) string { return "" }}
+	if err := g.resolve(newRootCommand(g, nil).PersistentFlags()); err != nil {
+		t.Fatal(err)
+	}
+	err := g.unreachable(errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")).Error()
+	if want := "cannot reach Redis at redis://127.0.0.1:6379: dial tcp 127.0.0.1:6379: connect: connection refused (no --redis, LANES_REDIS_URL or LANES_REDIS_URL_FILE named a server, so lanectl tried the default: set one, or start lanectl dev-server)"; err != want {
+		t.Errorf("unreachable, by default = %q; want %q", err, want)
+	}
+	named := &globalOptions{redisURL: "redis://127.0.0.1:1"}
+	if err := named.unreachable(errors.New("refused")).Error(); strings.Contains(err, "dev-server") {
+		t.Errorf("unreachable, named = %q; want no hint", err)
 	}
 }

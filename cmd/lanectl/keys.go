@@ -21,7 +21,9 @@ func newKeysCommand(o *keysOptions) *cobra.Command {
 		Short: "List the keys that have holders or waiters, most contended first",
 		Long: `keys lists every key that has holders or waiters, with its limit and how many
 of each, sorted by waiters (most first), then by key. The first line names
-the server and the namespace read.`,
+the server and the namespace read. A namespace with no lanes on the server
+at all is said so, with the namespaces that have some, closest first (as
+status says it; --json: "no_lanes" and "other_namespaces").`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd)
@@ -41,6 +43,12 @@ func (o *keysOptions) run(cmd *cobra.Command) error {
 	}
 	v := newKeysView(snap)
 	v.Server = o.global.server()
+	if len(snap.Keys) == 0 {
+		// A namespace with no lanes at all: perhaps a typo, so name the
+		// ones that have some (as status does).
+		h := namespaceHint(cmd.Context(), b, v.Namespace)
+		v.NoLanes, v.OtherNamespaces, v.noLanesLine = h.absent, h.others, h.line(v.Namespace)
+	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Keys(v)
 }
 
@@ -50,6 +58,13 @@ type keysView struct {
 	Namespace string     `json:"namespace"`
 	Server    string     `json:"server"` // the Redis URL read, its password redacted
 	Keys      []keyCount `json:"keys"`
+	// NoLanes and OtherNamespaces are status's: the namespace has no
+	// lanes on the server at all, and the namespaces that have some,
+	// closest to its name first.
+	NoLanes         bool     `json:"no_lanes,omitempty"`
+	OtherNamespaces []string `json:"other_namespaces,omitempty"`
+
+	noLanesLine string // what the table says of it
 }
 
 type keyCount struct {

@@ -56,8 +56,21 @@ func TestKeysEmpty(t *testing.T) {
 	if keys, ok := raw["keys"].([]any); !ok || len(keys) != 0 {
 		t.Errorf("keys --json on an empty namespace = %s; want keys []", out)
 	}
-	want := "namespace " + s.ns + " on " + s.url + "\nno holders or waiters\n"
+	// Never used on the server: said so, as status says it (a README
+	// trial found keys silent where status named the namespaces in use).
+	want := "namespace " + s.ns + " on " + s.url + "\nnamespace " + s.ns + " has no lanes on this server\n"
 	if _, out, _ = runInProcess(t, s.args("keys")...); out != want {
-		t.Errorf("keys on an empty namespace = %q; want %q", out, want)
+		t.Errorf("keys on a namespace never used = %q; want %q", out, want)
+	}
+	if no, ok := raw["no_lanes"].(bool); !ok || !no {
+		t.Errorf("keys --json on a namespace never used = %s; want no_lanes true", out)
+	}
+	// Used, and idle now.
+	if code, _, stderr := runInProcess(t, s.args("lock", "k", "--", "true")...); code != 0 {
+		t.Fatalf("lock = %d, %s", code, stderr)
+	}
+	want = "namespace " + s.ns + " on " + s.url + "\nno holders or waiters\n"
+	if _, out, _ = runInProcess(t, s.args("keys")...); out != want {
+		t.Errorf("keys on an idle namespace = %q; want %q", out, want)
 	}
 }

@@ -363,7 +363,10 @@ func (o *lockOptions) taken(ctx context.Context, b lanes.Backend, id string) str
 	if err != nil {
 		return ""
 	}
-	return ": " + takenText(snap, id, o.keys)
+	if text := takenText(snap, id, o.keys); text != "" {
+		return ": " + text
+	}
+	return ""
 }
 
 // inspect reads the state of lock's keys for a message, within

@@ -183,7 +183,11 @@ func (p tablePrinter) Keys(v keysView) error {
 		return err
 	}
 	if len(v.Keys) == 0 {
-		_, err := fmt.Fprintln(p.w, "no holders or waiters")
+		line := "no holders or waiters"
+		if v.noLanesLine != "" {
+			line = v.noLanesLine
+		}
+		_, err := fmt.Fprintln(p.w, line)
 		return err
 	}
 	tw := tabwriter.NewWriter(p.w, 0, 0, 2, ' ', 0)

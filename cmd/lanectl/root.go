@@ -32,8 +32,9 @@ type globalOptions struct {
 	// $LANES_REDIS_URL_FILE), read by open; urlFileFrom says which of the
 	// two named it, for messages.
 	urlFile, urlFileFrom string
-	// urlFromEnv: redisURL came from $LANES_REDIS_URL, for messages.
-	urlFromEnv bool
+	// urlFromEnv: redisURL came from $LANES_REDIS_URL, for messages;
+	// urlDefaulted: from nowhere, it is defaultRedisURL.
+	urlFromEnv, urlDefaulted bool
 	// caFile names the PEM file of the CAs that a rediss:// server's
 	// certificate must chain to (--redis-ca-file or $LANES_REDIS_CA_FILE);
 	// caFileFrom says which, for messages.
@@ -72,7 +73,7 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
 		case url != "":
 			g.redisURL, g.urlFromEnv = url, true
 		default:
-			g.redisURL = defaultRedisURL
+			g.redisURL, g.urlDefaulted = defaultRedisURL, true
 		}
 	}
 	if flags.Changed("redis-ca-file") {
@@ -151,7 +152,7 @@ type redisBackend struct {
 // reached, and returns any other error as it is.
 func (g *globalOptions) unavailable(err error) error {
 	if errors.Is(err, lanes.ErrUnavailable) && !errors.As(err, new(*unreachableError)) {
-		return &unreachableError{url: redactURL(g.redisURL), err: err}
+		return g.unreachable(err)
 	}
 	return err
 }
@@ -172,8 +173,9 @@ func (g *globalOptions) snapshot(ctx context.Context, b lanes.Backend, keys []st
 // unreachableError reports a Redis server that cannot be reached. It is
 // lanes.ErrUnavailable to errors.Is.
 type unreachableError struct {
-	url string // redacted
-	err error
+	url       string // redacted
+	err       error
+	defaulted bool // url is defaultRedisURL: nothing named a server
 }
 
 func (e *unreachableError) Error() string {
@@ -190,7 +192,15 @@ func (e *unreachableError) Error() string {
 	if strings.HasPrefix(e.url, "rediss://") && !strings.Contains(msg, "tls:") {
 		msg += " (is the server speaking TLS?)"
 	}
+	if e.defaulted {
+		msg += " (no --redis, LANES_REDIS_URL or LANES_REDIS_URL_FILE named a server, so lanectl tried the default: set one, or start lanectl dev-server)"
+	}
 	return msg
+}
+
+// unreachable is the unreachableError of err for the server g names.
+func (g *globalOptions) unreachable(err error) *unreachableError {
+	return &unreachableError{url: redactURL(g.redisURL), err: err, defaulted: g.urlDefaulted}
 }
 func (e *unreachableError) Unwrap() error        { return e.err }
 func (e *unreachableError) Is(target error) bool { return target == lanes.ErrUnavailable }

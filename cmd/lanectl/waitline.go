@@ -130,6 +130,11 @@ func takenText(snap *lanes.Snapshot, id string, keys []string) string {
 	for _, k := range keys {
 		ks := keyState(snap, k)
 		if ks == nil {
+			// Nobody holds or waits for it (the wait left the queue
+			// already): only a freeze still says why.
+			if snap.Frozen.After(snap.Time) {
+				parts = append(parts, cell(k)+": "+holdText(snap, &lanes.KeyState{Key: k}, lanes.Rate{}))
+			}
 			continue
 		}
 		text := holdText(snap, ks, ownRate(ks, id))

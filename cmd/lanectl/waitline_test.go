@@ -146,6 +146,16 @@ func TestWaitText(t *testing.T) {
 	if got, want := takenText(snap, "me", []string{"gpu", "free", "queue"}), "gpu: held by 2 of 2, the longest by build-7:42 (make) for 1m3s, lease left 8.2s, 1 waiter before; queue: no holder yet, 1 waiter before"; got != want {
 		t.Errorf("takenText() =\n%q; want\n%q", got, want)
 	}
+	// Regression (break-it review of 2026-12-04): a --wait that ran out
+	// during a freeze left the queue before the text was made, and the
+	// line ended "not granted:" with nothing after it. A key nobody holds
+	// or waits for says the freeze; with no freeze, nothing.
+	if got, want := takenText(&frozen, "me", []string{"gone"}), "gone: no holder, no grant for 9.2s more: the namespace's state was lost and reset, and leases of the lost state may still run"; got != want {
+		t.Errorf("takenText(frozen, a key with no state) =\n%q; want\n%q", got, want)
+	}
+	if got := takenText(snap, "me", []string{"gone"}); got != "" {
+		t.Errorf("takenText(a key with no state) = %q; want nothing", got)
+	}
 	for n, want := range map[int]string{1: "1st", 2: "2nd", 3: "3rd", 4: "4th", 11: "11th", 12: "12th", 13: "13th", 21: "21st", 102: "102nd", 111: "111th"} {
 		if got := ordinal(n); got != want {
 			t.Errorf("ordinal(%d) = %q; want %q", n, got, want)

@@ -132,8 +132,8 @@
 // rest through sched.FileKey against the workspace: the path the kernel
 // would open (symbolic links followed component by component, each ".."
 // applied to what the components before it resolved to; a tail that does
-// not exist yet taken lexically), so every spelling of one file gives one
-// key. A call whose arguments lack one, or hold something
+// not exist yet taken lexically), so every spelling of one path gives one
+// key (a hard link, another path to the file, gets its own). A call whose arguments lack one, or hold something
 // else there, fails with "could not tell what the call changes".
 //
 // Decoding is strict: an unknown key, a key spelled with other capitals, or
