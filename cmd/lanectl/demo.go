@@ -303,7 +303,7 @@ func demoChecks(out io.Writer, dir string, results [][]batchOutcome) bool {
 	check(len(dup) == 0 && len(nums) == len(demoDrafts)+3, "seven drafts under seven numbers: %s%s", strings.Join(names, " "), list(prefix("number used twice: ", dup)))
 
 	most := readInt(filepath.Join(dir, "partner.most"))
-	check(most <= partnerQuota, "the partner API saw at most %d calls at once (its quota is %d)", most, partnerQuota)
+	check(most <= partnerQuota, "the partner API saw %s at once at most (its quota is %d)", plural(most, "call"), partnerQuota)
 	return ok
 }
 

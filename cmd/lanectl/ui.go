@@ -164,7 +164,7 @@ func (o *uiOptions) run(cmd *cobra.Command) error {
 		close(ran)
 	}()
 
-	url := "http://" + ln.Addr().String() + "/"
+	url := "http://" + announced(o.addr, ln.Addr()) + "/"
 	out := cmd.OutOrStdout()
 	fmt.Fprintln(out, url)
 	flush(out)
@@ -232,7 +232,31 @@ func (r *uiReleaser) Release(ctx context.Context, ns, entry string) (*ui.Release
 		return nil, err
 	}
 	rel := v.Released[0]
-	fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); granted next: %s\n",
-		cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")), cell(strings.Join(v.Granted, ", ")))
+	switch {
+	case len(rel.Keys) == 0: // it ended before the release came
+		fmt.Fprintf(r.log, "ui: release of %s of namespace %s by force from the page: it was gone already\n", cell(entry), ns)
+	case len(v.Granted) == 0:
+		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); granted nobody next\n",
+			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")))
+	default:
+		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); granted next: %s\n",
+			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")), cell(strings.Join(v.Granted, ", ")))
+	}
 	return &ui.Released{Namespace: ns, Entry: entry, Was: rel.Was, Keys: rel.Keys, Granted: v.Granted}, nil
+}
+
+// announced is the address the page is announced at: the one the listener
+// got (the port 0 picked), with the host --addr gave when it names every
+// address of the machine (0.0.0.0 listens on [::] too, and "http://[::]:
+// 8097/" read oddly to a README trial).
+func announced(asked string, got net.Addr) string {
+	host, _, err := net.SplitHostPort(asked)
+	_, port, err2 := net.SplitHostPort(got.String())
+	if ip := net.ParseIP(host); err != nil || err2 != nil || host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return got.String()
+	}
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -171,5 +172,26 @@ func TestUIWithoutAllowReleaseRefusesRealRedis(t *testing.T) {
 	proc.signal(t, 2)
 	if code := proc.wait(t); code != 0 {
 		t.Errorf("lanectl ui exited %d after SIGINT; want 0", code)
+	}
+}
+
+// The page is announced at the address the listener got, with the host
+// --addr named when it names every address (README trial: 0.0.0.0 was
+// announced as [::]).
+func TestUIAnnouncedAddress(t *testing.T) {
+	for _, tc := range []struct{ asked, got, want string }{
+		{"127.0.0.1:0", "127.0.0.1:40123", "127.0.0.1:40123"},
+		{"0.0.0.0:8097", "[::]:8097", "0.0.0.0:8097"},
+		{":8097", "[::]:8097", "0.0.0.0:8097"},
+		{"[::]:8097", "[::]:8097", "[::]:8097"},
+		{"localhost:0", "127.0.0.1:40124", "127.0.0.1:40124"},
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", tc.got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := announced(tc.asked, addr); got != tc.want {
+			t.Errorf("announced(%q, %s) = %q; want %q", tc.asked, tc.got, got, tc.want)
+		}
 	}
 }
