@@ -3,6 +3,7 @@ package redislane_test
 import (
 	"context"
 	"fmt"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -415,7 +416,9 @@ func BenchmarkReleaseToSession(b *testing.B) {
 				}
 				time.Sleep(3 * time.Millisecond)
 				b.StartTimer()
+				region := trace.StartRegion(ctx, "release") // for -trace
 				err = l.Release(ctx)
+				region.End()
 				b.StopTimer()
 				if err != nil {
 					b.Fatal(err)
