@@ -50,6 +50,19 @@ func (f *inFlight) remove(id string) {
 	}
 }
 
+// pendingID reports whether msg, one message (not a batch), is a request
+// whose id a request read before and not yet answered has.
+func (f *inFlight) pendingID(msg []byte) bool {
+	m, ok := decodeMessage(bytes.TrimSpace(msg))
+	if !ok || m.Method == "" {
+		return false
+	}
+	id := canonicalID(m.ID)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return id != "" && f.pending[id]
+}
+
 // idleCh returns a channel that is closed once no request is pending.
 func (f *inFlight) idleCh() <-chan struct{} {
 	f.mu.Lock()

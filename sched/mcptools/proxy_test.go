@@ -531,3 +531,73 @@ func TestProxyCloseEndsCallsInFlight(t *testing.T) {
 		t.Errorf("concurrency:x after Close = %+v; want only the other holder", snap.Keys)
 	}
 }
+
+// Regression (break-it review of 2026-12-04, finding 6): a request with
+// the id of one still in flight was dropped by the SDK with no answer,
+// and a client that reused the id took the first call's answer for the
+// second's. It is answered at once with an invalid-request error, and not
+// run; the first runs on.
+func TestProxyRefusesAnIDInFlight(t *testing.T) {
+	f := newFixture(t)
+	r := f.mustResolve(t, f.stdio("files"))
+	p, _ := newProxy(t, r, nil, mcptools.ProxyOptions{})
+	clientR, proxyW := io.Pipe()
+	proxyR, clientW := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- p.ServeStdio(context.Background(), proxyR, proxyW) }()
+	type reply struct {
+		ID    any `json:"id"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	replies := make(chan reply, 16)
+	go func() {
+		sc := bufio.NewScanner(clientR)
+		for sc.Scan() {
+			var m reply
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				replies <- m
+			}
+		}
+		close(replies)
+	}()
+	gate := filepath.Join(f.dir, "never")
+	io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"first","ms":1,"until":"`+gate+`"}}}`+"\n")
+	f.waitLog(t, "first's start", hasStart("first"))
+	io.WriteString(clientW, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"second","ms":1}}}`+"\n")
+	var got []reply
+	for len(got) == 0 || got[len(got)-1].Error == nil {
+		select {
+		case m, ok := <-replies:
+			if !ok {
+				t.Fatalf("the proxy's output ended after %+v; want the second request of id 3 refused", got)
+			}
+			got = append(got, m)
+		case <-time.After(bound):
+			t.Fatalf("no answer to the second request of id 3 (answers %+v); want it refused at once", got)
+		}
+	}
+	last := got[len(got)-1]
+	if last.Error == nil || fmt.Sprint(last.ID) != "3" || last.Error.Code != -32600 || !strings.Contains(last.Error.Message, "still in flight") {
+		t.Fatalf("answers %+v; want the second request of id 3 refused with -32600, still in flight", got)
+	}
+	io.WriteString(clientW, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}`+"\n")
+	clientW.Close()
+	select {
+	case <-done:
+	case <-time.After(bound):
+		t.Fatal("the proxy did not end after its input")
+	}
+	proxyW.Close()
+	log, err := mcptest.ReadLog(f.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mcptest.Find(log, "start", "second"); ok {
+		t.Error("the refused request ran")
+	}
+}

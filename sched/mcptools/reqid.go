@@ -205,6 +205,14 @@ func (t *taggingReader) pass(line []byte) {
 		_, _ = t.reply.Write(answer) // a client gone: the session ends anyway
 		return
 	}
+	if t.flight != nil && body[0] == '{' && t.flight.pendingID(body) {
+		// JSON-RPC ids name one request each: the SDK dropped a second
+		// request with the id of one in flight, unanswered (a break-it
+		// review), and its answer would have been taken for the first's.
+		id := requestID(body)
+		_, _ = t.reply.Write(errorReply(id, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d has the id %s of a request still in flight; give each request an id of its own", t.lineNo, id)))
+		return
+	}
 	t.out = append(t.out[:0], tagRequestID(body)...)
 	if line[len(line)-1] == '\n' {
 		t.out = append(t.out, '\n')
