@@ -30,7 +30,7 @@ const MaxRatePer = 24 * time.Hour
 // that grant's pair, at the later time: its units leave the window at
 // most a slice late, so the bound is still kept, only more strictly
 // (never less), and a window holds at most MaxRateLog + 1 pairs. Past
-// that (pairs kept under an earlier rate's longer window), the two oldest
+// that (pairs kept under an earlier rate's shorter window), the two oldest
 // pairs within the window are merged into one at the later time.
 const MaxRateLog = 1000
 

@@ -313,9 +313,10 @@ end
 -- taken; the step writes it back once, at its end.
 local seq = tonumber(redis.call('HGET', K_META, 'seq') or '0')
 local seq0 = seq
-if not seq or seq < 0 or seq ~= math.floor(seq) then
+if not seq or seq < 0 or seq > MAX_SEQ or seq ~= math.floor(seq) then
   -- Edited by hand (a break-it review: "abc" failed the step after its
-  -- reap's grants, half done, and every general enqueue after it): the
+  -- reap's grants, half done, and every general enqueue after it; "inf"
+  -- refused every enqueue while entries waited): the
   -- last number taken is read again from the queue, above every waiter's,
   -- and written back.
   seq, seq0 = 0, -1

@@ -73,7 +73,7 @@ local SCAN_MAX = 200          -- waiters one key's hand-off looks at, at most
 local DEAD_MAX = 1000         -- expired waiters one step removes from the heads of queues, at most
 local PURGE_ALL = 1000        -- holders of a key a step checks for leftovers even after a whole reap
 local MAX_RATE_PER = 86400000 -- ms in a rate's window, at most (rate lanes, issue 15)
-local RATE_LOG_MAX = 1000     -- (time, cost) pairs one rate key keeps; past it the two oldest merge
+local RATE_LOG_MAX = 1000     -- slices of a rate's window: a grant in the last grant's slice joins its pair; past RATE_LOG_MAX + 1 pairs in the window the two oldest merge
 local RATE_SCAN = 50          -- waiters of a rate key one hand-off looks at (grants go from its head)
 local REVOKED_TOMB = 60000    -- ms a revoked entry's release is remembered ("v" tombstone)
 
@@ -417,6 +417,20 @@ local function clear_tombs(id)
 end
 
 -- Key records, read and changed through a cache, written once by flush.
+-- whole returns s when it is a whole number of at least 0 in digits, the
+-- digits of one written with a decimal point and zeros after it ("1.0"),
+-- or nil.
+local function whole(s)
+  return string.match(s, '^%d+$') or string.match(s, '^(%d+)%.0*$')
+end
+
+-- words returns the words of s, split on white space.
+local function words(s)
+  local out = {}
+  for x in string.gmatch(s, '%S+') do out[#out + 1] = x end
+  return out
+end
+
 local function kget(key)
   local r = KREC[key]
   if r then return r end
@@ -424,12 +438,25 @@ local function kget(key)
   if raw == nil then raw = redis.call('HGET', K_LANES, key) or false end
   r = {l = 0, t = 0, w = 0, h = {}}
   if raw then
-    -- (a count below 0 only a state edited by hand leads to: read as 0,
-    -- with the holders the record lists, never as an idle key)
-    local ep, l, t, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%-?%d+)(.*)$')
+    local ep, l, t, w, rest = string.match(raw, '^(%S+) (%d+) (%d+) (%d+)(.*)$')
+    if not ep then
+      -- Edited by hand (a number malformed or below 0, other spacing): a
+      -- record of this epoch is read as well as its words read, with the
+      -- holders it names, never as an idle key. A limit that is no whole
+      -- number of at least 1 reads as the count of those holders, at
+      -- least 1 (nothing more is granted there until one leaves), a token
+      -- as 0 (the clock keeps new ones above the old), a count as 0.
+      ep, l, t, w, rest = string.match(raw, '^%s*(%S+)%s+(%S+)%s+(%S+)%s+(%S+)(.*)$')
+      if ep then
+        local hs = words(rest)
+        l, t, w = whole(l), whole(t) or '0', whole(w) or '0'
+        if not l or tonumber(l) < 1 then l = tostring(math.max(#hs, 1)) end
+        rest = #hs > 0 and ' ' .. table.concat(hs, ' ') or ''
+      end
+    end
     r.t = tonumber(t) or 0
     if ep == EPOCH then
-      r.l, r.w = tonumber(l), math.max(tonumber(w), 0)
+      r.l, r.w = tonumber(l), tonumber(w)
       if #rest > 1 and string.byte(rest) == 32 and not string.find(rest, '%s', 2) then
         r.h[1] = string.sub(rest, 2) -- one holder, the common case
       elseif rest ~= '' then
@@ -467,7 +494,7 @@ local function flush()
   for key in pairs(dirty) do
     local r = KREC[key]
     args[#args + 1] = key
-    args[#args + 1] = string.format('%s %d %d %d', EPOCH, r.l, r.t, math.max(r.w, 0))
+    args[#args + 1] = string.format('%s %d %d %d', EPOCH, r.l, r.t, r.w)
       .. (#r.h > 0 and ' ' .. table.concat(r.h, ' ') or '')
     if #args >= 2000 then
       redis.call('HSET', K_LANES, unpack(args))
@@ -904,7 +931,7 @@ local function grant(e, queued, dl, hint)
       local r = kget(key)
       if queued then
         redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
-        r.w = r.w - 1
+        r.w = math.max(r.w - 1, 0) -- (below 0 only from a count edited by hand)
       end
       r.l = kl[2]
       r.h[#r.h + 1] = e.id
@@ -1036,7 +1063,7 @@ remove = function(e, touched)
         drop_holder(r, e.id)
       else
         unqueue(qmember(key, e.q, e.id))
-        r.w = r.w - 1
+        r.w = math.max(r.w - 1, 0) -- (below 0 only from a count edited by hand)
       end
       kput(key)
       touched[key] = kl[2]
@@ -1233,8 +1260,12 @@ local function scan(touched)
                 if kl[1] ~= key then done[kl[1]] = nil end
               end
             else
-              redis.call('ZREM', K_QUEUE, m) -- a leftover without a record
-              r.w = r.w - 1
+              -- A leftover without a record: the waiters the key counts
+              -- are those its queue holds now (the leftover may have been
+              -- counted or not; a review found one counted twice over,
+              -- granting past a holder and stranding a waiter).
+              redis.call('ZREM', K_QUEUE, m)
+              r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
               kput(key)
             end
           else
@@ -1692,14 +1723,14 @@ do -- (the lean steps' helpers: locals of this block alone)
 
   -- lean_confirm is confirm for a lean step: the markers of queue, nested
   -- and meta, and the last sequence number (nil when a marker is missing,
-  -- or the number is not a whole number of at least 0: the general path
-  -- reads it again from the queue).
+  -- or the number is not a whole number from 0 to MAX_SEQ: the general
+  -- path reads it again from the queue).
   local function lean_confirm()
     if not (redis.call('ZSCORE', K_QUEUE, '\0') and redis.call('ZSCORE', K_NESTED, '\0')) then return nil end
     local m = redis.call('HMGET', K_META, '\0', 'seq')
     if not m[1] then return nil end
     local seq = tonumber(m[2] or '0')
-    if not seq or seq < 0 or seq ~= math.floor(seq) then return nil end
+    if not seq or seq < 0 or seq > MAX_SEQ or seq ~= math.floor(seq) then return nil end
     return seq
   end
 
