@@ -613,6 +613,16 @@ local function rate_room(kl, ahead)
   return not r or rate_spent(r, kl[4]) + kl[5] <= kl[3]
 end
 
+-- rate_prune drops the pairs of the log r past the window of its rate.
+local function rate_prune(r)
+  local _, first = rate_spent(r, r.per)
+  if first > 1 then
+    local u = {}
+    for i = first, #r.u do u[#u + 1] = r.u[i] end
+    r.u = u
+  end
+end
+
 -- rate_spend spends the cost of each rate lane the granted entry e holds
 -- in its own right, at NOW_US, under kl's rate.
 local function rate_spend(e, kl)
@@ -636,14 +646,7 @@ local function rate_spend(e, kl)
   else
     r.u[#r.u + 1] = {NOW_US, kl[5]}
   end
-  if #r.u > RATE_LOG_MAX + 1 then
-    local _, first = rate_spent(r, r.per)
-    if first > 1 then
-      local u = {}
-      for i = first, #r.u do u[#u + 1] = r.u[i] end
-      r.u = u
-    end
-  end
+  if #r.u > RATE_LOG_MAX + 1 then rate_prune(r) end
   if #r.u > RATE_LOG_MAX + 1 then
     r.u[2][2] = r.u[2][2] + r.u[1][2]
     table.remove(r.u, 1)
@@ -695,14 +698,7 @@ end
 local function rate_flush()
   for key in pairs(RDIRTY) do
     local r = RATES[key]
-    if r then
-      local _, first = rate_spent(r, r.per)
-      if first > 1 then
-        local u = {}
-        for i = first, #r.u do u[#u + 1] = r.u[i] end
-        r.u = u
-      end
-    end
+    if r then rate_prune(r) end
     if r and (#r.u > 0 or not idle(kget(key))) then
       local parts = {r.lim, r.per}
       for _, u in ipairs(r.u) do
