@@ -416,7 +416,6 @@ local function clear_tombs(id)
   if NOW < TOMBS then redis.call('ZREM', K_TOMBS, 'f\0' .. id, 'v\0' .. id) end
 end
 
--- Key records, read and changed through a cache, written once by flush.
 -- whole returns s when it is a whole number of at least 0 in digits, the
 -- digits of one written with a decimal point and zeros after it ("1.0"),
 -- or nil.
@@ -431,6 +430,7 @@ local function words(s)
   return out
 end
 
+-- Key records, read and changed through a cache, written once by flush.
 local function kget(key)
   local r = KREC[key]
   if r then return r end
@@ -528,12 +528,12 @@ end
 -- window (its RATE_LOG_MAX-th part) as the last joins its pair at the
 -- later µs, and past RATE_LOG_MAX + 1 pairs within the window the two
 -- oldest merge into one at the later µs (their units leave later than
--- they would: the bound holds, more strictly). The log lives while the key has holders
--- or waiters or units in the window, and binds no one by itself: while the
--- key has holders or waiters its rate is the one they carry (one key, one
--- rate), and a request on an idle key may name another, decided before the
--- room under it, under which the pairs within its window count. It is not part
--- of the epoch's state: a reset keeps it, as it keeps the fencing tokens.
+-- they would: the bound holds, more strictly). The log lives while the
+-- key has holders or waiters or units in the window, and binds no one by
+-- itself: while the key has holders or waiters its rate is the one they
+-- carry (one key, one rate), and a request on an idle key may name
+-- another, decided before the room under it, under which the pairs within
+-- its window count. It is not part of the epoch's state: a reset keeps it, as it keeps the fencing tokens.
 -- On a rate key grants go strictly in FIFO order: only the head of the
 -- key's queue may be granted it.
 
