@@ -449,7 +449,11 @@ func newBatchView(calls []sched.Call, res *sched.Result, paused string) []batchO
 func (o *batchOptions) pausedText() string {
 	switch {
 	case o.checkpoint != "":
-		return "not run yet: the batch paused; " + o.resumeCommand() + " runs it"
+		cmd, secret := o.resumeCommand()
+		if secret {
+			return "not run yet: the batch paused; " + cmd + ", with this batch's --redis URL (not printed: it holds a password), runs it"
+		}
+		return "not run yet: the batch paused; " + cmd + " runs it"
 	case o.runID != "":
 		return "not run yet: the batch paused without --checkpoint; the same batch again with --run-id " + o.runID + " runs it (and no settled call again)"
 	}
@@ -457,20 +461,29 @@ func (o *batchOptions) pausedText() string {
 }
 
 // resumeCommand is the command line that resumes this batch from its
-// checkpoint: --tools and --resume, and the flags of this batch that a
-// resumed run needs again (--local, --reply with its --calls; a batch run
-// with --no-lanes resumes with lanes, which --no-lanes cannot).
-// Global flags, such as --namespace, are left to the caller's
-// environment, as LANES_NAMESPACE and LANES_REDIS_URL are.
-func (o *batchOptions) resumeCommand() string {
-	args := []string{"lanectl", "batch", "--tools", shellWord(o.tools), "--resume", shellWord(o.checkpoint)}
+// checkpoint: the global flags this batch was given that name its server
+// and namespace (the environment's, LANES_REDIS_URL and LANES_NAMESPACE,
+// the same shell gives again), --tools and --resume, and the flags of this
+// batch that a resumed run needs again (--local, --reply with its --calls;
+// a batch run with --no-lanes resumes with lanes, which --no-lanes
+// cannot). secret: the --redis URL, which holds a password, is left out.
+func (o *batchOptions) resumeCommand() (cmd string, secret bool) {
+	args := []string{"lanectl"}
+	if !o.local {
+		var g []string
+		g, secret = o.global.flagArgs()
+		args = append(args, g...)
+	} else if o.global.nsFromFlag {
+		args = append(args, "--namespace", shellWord(o.global.namespace))
+	}
+	args = append(args, "batch", "--tools", shellWord(o.tools), "--resume", shellWord(o.checkpoint))
 	if o.local {
 		args = append(args, "--local")
 	}
 	if o.reply {
 		args = append(args, "--reply", "--calls", shellWord(o.calls))
 	}
-	return strings.Join(args, " ")
+	return strings.Join(args, " "), secret
 }
 
 // shellWord quotes s for a POSIX shell when it holds a byte outside the

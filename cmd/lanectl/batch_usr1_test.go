@@ -116,3 +116,36 @@ read_only_hint = true
 		t.Error("a checkpoint was written; want none: nothing was left to pause")
 	}
 }
+
+// The resume command names the server and namespace this batch's flags
+// named (a fresh user's check found a batch of --namespace nsx resumed in
+// the namespace default), and never a password.
+func TestResumeCommandNamesFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		g      globalOptions
+		local  bool
+		want   string
+		secret bool
+	}{
+		{"from the environment", globalOptions{redisURL: "redis://h:1", urlFromEnv: true, namespace: "nsx"}, false,
+			"lanectl batch --tools t.toml --resume '/tmp/my ck.json'", false},
+		{"flags", globalOptions{redisURL: "redis://h:1/2", urlFromFlag: true, namespace: "nsx", nsFromFlag: true, allowEviction: true}, false,
+			"lanectl --redis redis://h:1/2 --allow-eviction --namespace nsx batch --tools t.toml --resume '/tmp/my ck.json'", false},
+		{"a URL file and a CA file", globalOptions{urlFile: "/run/url", urlFileFrom: "--redis-url-file", caFile: "/ca.pem", caFileFrom: "--redis-ca-file"}, false,
+			"lanectl --redis-url-file /run/url --redis-ca-file /ca.pem batch --tools t.toml --resume '/tmp/my ck.json'", false},
+		{"a password", globalOptions{redisURL: "redis://:s3cret@h:1", urlFromFlag: true}, false,
+			"lanectl batch --tools t.toml --resume '/tmp/my ck.json'", true},
+		{"local", globalOptions{redisURL: "redis://h:1", urlFromFlag: true, namespace: "nsx", nsFromFlag: true}, true,
+			"lanectl --namespace nsx batch --tools t.toml --resume '/tmp/my ck.json' --local", false},
+	} {
+		o := &batchOptions{global: &tc.g, tools: "t.toml", checkpoint: "/tmp/my ck.json", local: tc.local}
+		got, secret := o.resumeCommand()
+		if got != tc.want || secret != tc.secret {
+			t.Errorf("%s: resumeCommand() = %q, %v; want %q, %v", tc.name, got, secret, tc.want, tc.secret)
+		}
+		if strings.Contains(got, "s3cret") || strings.Contains(o.pausedText(), "s3cret") {
+			t.Errorf("%s: %q names the password", tc.name, o.pausedText())
+		}
+	}
+}

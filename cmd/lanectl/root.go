@@ -33,8 +33,9 @@ type globalOptions struct {
 	// two named it, for messages.
 	urlFile, urlFileFrom string
 	// urlFromEnv: redisURL came from $LANES_REDIS_URL, for messages;
-	// urlDefaulted: from nowhere, it is defaultRedisURL.
-	urlFromEnv, urlDefaulted bool
+	// urlDefaulted: from nowhere, it is defaultRedisURL; urlFromFlag: from
+	// --redis; nsFromFlag: namespace from --namespace.
+	urlFromEnv, urlDefaulted, urlFromFlag, nsFromFlag bool
 	// caFile names the PEM file of the CAs that a rediss:// server's
 	// certificate must chain to (--redis-ca-file or $LANES_REDIS_CA_FILE);
 	// caFileFrom says which, for messages.
@@ -58,6 +59,7 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
 	case flags.Changed("redis") && flags.Changed("redis-url-file"):
 		return usageErrorf("--redis and --redis-url-file both name the Redis server; give one")
 	case flags.Changed("redis"):
+		g.urlFromFlag = true
 	case flags.Changed("redis-url-file"):
 		g.urlFileFrom = "--redis-url-file"
 		if g.urlFile == "" {
@@ -84,13 +86,40 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
 	} else if v := g.getenv("LANES_REDIS_CA_FILE"); v != "" {
 		g.caFile, g.caFileFrom = v, "LANES_REDIS_CA_FILE"
 	}
-	if !flags.Changed("namespace") {
+	g.nsFromFlag = flags.Changed("namespace")
+	if !g.nsFromFlag {
 		g.namespace = "default"
 		if v := g.getenv("LANES_NAMESPACE"); v != "" {
 			g.namespace = v
 		}
 	}
 	return nil
+}
+
+// flagArgs returns the global flags that name this command's server and
+// namespace, as given on its command line (not those the environment gave,
+// which a command run from the same shell gets again), for a command line
+// lanectl prints to be run later; and whether the server's URL, which
+// holds a password, was left out.
+func (g *globalOptions) flagArgs() (args []string, secret bool) {
+	switch {
+	case g.urlFromFlag && redactURL(g.redisURL) == g.redisURL:
+		args = append(args, "--redis", shellWord(g.redisURL))
+	case g.urlFromFlag:
+		secret = true
+	case g.urlFileFrom == "--redis-url-file":
+		args = append(args, "--redis-url-file", shellWord(g.urlFile))
+	}
+	if g.caFileFrom == "--redis-ca-file" {
+		args = append(args, "--redis-ca-file", shellWord(g.caFile))
+	}
+	if g.allowEviction {
+		args = append(args, "--allow-eviction")
+	}
+	if g.nsFromFlag {
+		args = append(args, "--namespace", shellWord(g.namespace))
+	}
+	return args, secret
 }
 
 // tty reports whether f, one of the command's standard streams, is a
