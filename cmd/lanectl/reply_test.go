@@ -255,7 +255,7 @@ read_only_hint = true
 		t.Fatalf("paused batch = %d, stderr %q; want 0", code, p.stderr)
 	}
 	checkReply(t, "openai-responses", decodeReply(t, "openai-responses", p.stdout.String()), []answerText{
-		{"c1", "did c1", false}, {"c2", "Paused before it finished: not run yet: the batch paused", true},
+		{"c1", "did c1", false}, {"c2", "Paused: not run yet: the batch paused", true},
 	})
 	code, out, stderr := runBin(t, append(flags, "--resume", cp)...)
 	if code != 0 {

@@ -131,7 +131,7 @@ func TestReplyEveryStatus(t *testing.T) {
 		{"Not run: never dispatched: the run's --deadline of 1s passed. Nothing was done; you may call it again.", true},
 		{"Cut off before it finished: cancelled in flight (lease lost). The tool is idempotent: it is safe to call it again.", true},
 		{"Cut off before it finished: it was in flight when the run that started it stopped: not run again. It may have taken effect: check before calling it again.", true},
-		{"Paused before it finished: not run yet: the batch paused. Do not call it again until the run resumes.", true},
+		{"Paused: not run yet: the batch paused. Do not call it again until the run resumes.", true},
 		{"The call succeeded in an earlier attempt, but its output was too large to keep and is lost. Call it again only if repeating it is safe.", false},
 		{"Not run: not run. Nothing was done; you may call it again.", true},
 	}

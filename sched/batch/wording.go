@@ -42,7 +42,7 @@ func DefaultWording() Wording {
 		NeverDispatched: "Not run: {error}. Nothing was done; you may call it again.",
 		SafeToRetry:     "Cut off before it finished: {error}. The tool is idempotent: it is safe to call it again.",
 		Indeterminate:   "Cut off before it finished: {error}. It may have taken effect: check before calling it again.",
-		Interrupted:     "Paused before it finished: {error}. Do not call it again until the run resumes.",
+		Interrupted:     "Paused: {error}. Do not call it again until the run resumes.",
 		NoOutput:        "The call succeeded and wrote no output.",
 		OutputNotStored: "The call succeeded in an earlier attempt, but its output was too large to keep and is lost. Call it again only if repeating it is safe.",
 	}
