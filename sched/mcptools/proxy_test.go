@@ -412,17 +412,29 @@ func TestProxySkipsToolsItCannotDescribe(t *testing.T) {
 	}
 }
 
+// rawStdio serves a proxy of the files server over pipes a test writes
+// JSON-RPC lines to and reads the answers from, as a client without the
+// SDK would: done gets ServeStdio's result.
+func rawStdio(t *testing.T) (f *fixture, clientR *io.PipeReader, clientW, proxyW *io.PipeWriter, done chan error) {
+	f = newFixture(t)
+	r := f.mustResolve(t, f.stdio("files"))
+	p, _ := newProxy(t, r, nil, mcptools.ProxyOptions{})
+	clientR, proxyW = io.Pipe()
+	proxyR, clientW := io.Pipe()
+	done = make(chan error, 1)
+	go func() { done <- p.ServeStdio(context.Background(), proxyR, proxyW) }()
+	return f, clientR, clientW, proxyW, done
+}
+
+// rawHandshake is a client's initialize (id 1) and initialized, as lines.
+const rawHandshake = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}` + "\n" +
+	`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"
+
 // A client that closes standard input right after its requests still
 // gets their answers: the proxy ends the session once every request it
 // read was answered, or given up by the client's notifications/cancelled.
 func TestProxyAnswersBeforeTheEndOfInput(t *testing.T) {
-	f := newFixture(t)
-	r := f.mustResolve(t, f.stdio("files"))
-	p, _ := newProxy(t, r, nil, mcptools.ProxyOptions{})
-	clientR, proxyW := io.Pipe()
-	proxyR, clientW := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- p.ServeStdio(context.Background(), proxyR, proxyW) }()
+	f, clientR, clientW, proxyW, done := rawStdio(t)
 	replies := make(chan []string, 1)
 	go func() {
 		var got []string
@@ -438,8 +450,7 @@ func TestProxyAnswersBeforeTheEndOfInput(t *testing.T) {
 		replies <- got
 	}()
 	gate := filepath.Join(f.dir, "never")
-	io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+	io.WriteString(clientW, rawHandshake+
 		`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow","arguments":{"label":"two","ms":50}}}`+"\n"+
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"three","ms":1,"until":"`+gate+`"}}}`+"\n")
 	f.waitLog(t, "three's start", hasStart("three"))
@@ -538,13 +549,7 @@ func TestProxyCloseEndsCallsInFlight(t *testing.T) {
 // second's. It is answered at once with an invalid-request error, and not
 // run; the first runs on.
 func TestProxyRefusesAnIDInFlight(t *testing.T) {
-	f := newFixture(t)
-	r := f.mustResolve(t, f.stdio("files"))
-	p, _ := newProxy(t, r, nil, mcptools.ProxyOptions{})
-	clientR, proxyW := io.Pipe()
-	proxyR, clientW := io.Pipe()
-	done := make(chan error, 1)
-	go func() { done <- p.ServeStdio(context.Background(), proxyR, proxyW) }()
+	f, clientR, clientW, proxyW, done := rawStdio(t)
 	type reply struct {
 		ID    any `json:"id"`
 		Error *struct {
@@ -564,8 +569,7 @@ func TestProxyRefusesAnIDInFlight(t *testing.T) {
 		close(replies)
 	}()
 	gate := filepath.Join(f.dir, "never")
-	io.WriteString(clientW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`+"\n"+
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+
+	io.WriteString(clientW, rawHandshake+
 		`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"first","ms":1,"until":"`+gate+`"}}}`+"\n")
 	f.waitLog(t, "first's start", hasStart("first"))
 	io.WriteString(clientW, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"slow","arguments":{"label":"second","ms":1}}}`+"\n")
