@@ -232,15 +232,15 @@ func (r *uiReleaser) Release(ctx context.Context, ns, entry string) (*ui.Release
 		return nil, err
 	}
 	rel := v.Released[0]
-	switch {
-	case len(rel.Keys) == 0: // it ended before the release came
+	if len(rel.Keys) == 0 { // it ended before the release came
 		fmt.Fprintf(r.log, "ui: release of %s of namespace %s by force from the page: it was gone already\n", cell(entry), ns)
-	case len(v.Granted) == 0:
-		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); granted nobody next\n",
-			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")))
-	default:
-		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); granted next: %s\n",
-			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")), cell(strings.Join(v.Granted, ", ")))
+	} else {
+		next := "granted nobody next"
+		if len(v.Granted) > 0 {
+			next = "granted next: " + cell(strings.Join(v.Granted, ", "))
+		}
+		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); %s\n",
+			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")), next)
 	}
 	return &ui.Released{Namespace: ns, Entry: entry, Was: rel.Was, Keys: rel.Keys, Granted: v.Granted}, nil
 }
