@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/lanes-dev/lanes/scripts/lua"
@@ -66,8 +67,8 @@ var fcallScenarios = []fcallScenario{
 				if err != nil {
 					return err
 				}
-				if g, _ := rep[2].([]any); len(g) != 1 || g[0] != fmt.Sprintf("t%s-%d", r, i+1) {
-					return fmt.Errorf("release %d granted %v, want t%s-%d", i, rep[2], r, i+1)
+				if _, g := released(rep, 1); len(g) != 1 || g[0] != fmt.Sprintf("t%s-%d", r, i+1) {
+					return fmt.Errorf("release %d answered %v, want t%s-%d granted", i, rep, r, i+1)
 				}
 				if _, err := call("enqueue", "600000", fmt.Sprintf("o%d", i%2), "host", "1", fmt.Sprintf(`[{"id":"t%s-%d","k":[["k",1]]}]`, r, i+2)); err != nil {
 					return err
@@ -113,8 +114,8 @@ var fcallScenarios = []fcallScenario{
 				if err != nil {
 					return err
 				}
-				if was, _ := rep[1].([]any); len(was) != 1 || was[0] != "w" {
-					return fmt.Errorf("release of a waiter answered %v", rep[1])
+				if was, _ := released(rep, 1); len(was) != 1 || was[0] != "w" {
+					return fmt.Errorf("release of a waiter answered %v", rep)
 				}
 			}
 			return nil
@@ -174,8 +175,8 @@ func releaseWaiters1000(call caller, r string) error {
 		if err != nil {
 			return err
 		}
-		if was, _ := rep[1].([]any); len(was) != 250 || was[0] != "w" || was[249] != "w" {
-			return fmt.Errorf("release of waiters answered %v", rep[1])
+		if was, _ := released(rep, 250); len(was) != 250 || was[0] != "w" || was[249] != "w" {
+			return fmt.Errorf("release of waiters answered %v", rep)
 		}
 	}
 	return nil
@@ -202,6 +203,29 @@ func acqRelLoop(call caller, r string, key func(int) string) error {
 		}
 	}
 	return nil
+}
+
+// protocolOf is the protocol a library's scripts speak (lib.lua's
+// PROTOCOL), "2" when it names none.
+func protocolOf(code string) string {
+	if m := regexp.MustCompile(`(?m)^local PROTOCOL = '(\d+)'`).FindStringSubmatch(code); m != nil {
+		return m[1]
+	}
+	return "2"
+}
+
+// released is what a release reply says of its n ids, in either form:
+// protocol 2's {epoch, {states}, {granted}} and protocol 3's flat {epoch,
+// states..., granted...}.
+func released(rep []any, n int) (was, granted []any) {
+	if w, ok := rep[1].([]any); ok && len(rep) == 3 {
+		g, _ := rep[2].([]any)
+		return w, g
+	}
+	if len(rep) < 1+n {
+		return nil, nil
+	}
+	return rep[1 : 1+n], rep[1+n:]
 }
 
 // library is the Functions library of a version of the scripts, named
@@ -237,6 +261,7 @@ func runFcall(versions []version, server string) error {
 		ver = srv.version
 		name := fmt.Sprintf("luacost%d", j)
 		code, err := library(v, name)
+		proto := protocolOf(code)
 		if err == nil {
 			err = srv.c.FunctionLoad(context.Background(), code).Err()
 		}
@@ -245,7 +270,7 @@ func runFcall(versions []version, server string) error {
 			return fmt.Errorf("%s: %w", v.name, err)
 		}
 		for i, sc := range fcallScenarios {
-			n, err := srv.countFcall(name, sc, fmt.Sprintf("c%d%d", i, j))
+			n, err := srv.countFcall(name, proto, sc, fmt.Sprintf("c%d%d", i, j))
 			if err != nil {
 				srv.stop()
 				return fmt.Errorf("%s (%s): %w", sc.name, v.name, err)
@@ -265,18 +290,18 @@ func runFcall(versions []version, server string) error {
 // countFcall runs sc's setup, then its run under a zeroed callgrind
 // counter, on a namespace of its own (tag), and returns the instructions
 // of the whole server for the run divided by sc.ops.
-func (s *server) countFcall(lib string, sc fcallScenario, tag string) (float64, error) {
+func (s *server) countFcall(lib, proto string, sc fcallScenario, tag string) (float64, error) {
 	ctx := context.Background()
 	keys := stateKeys(tag)
 	defer s.c.Del(ctx, keys...)
 	call := func(fn string, args ...any) ([]any, error) {
-		a := append([]any{"2", "h:"}, args...)
+		a := append([]any{proto, "h:"}, args...)
 		v, err := s.c.FCall(ctx, lib+"_"+fn, keys, a...).Result()
 		if err != nil {
 			return nil, err
 		}
 		r, ok := v.([]any)
-		if !ok || len(r) != 3 {
+		if !ok || len(r) < 2 {
 			return nil, fmt.Errorf("%s answered %v", fn, v)
 		}
 		return r, nil

@@ -33,6 +33,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,9 +66,9 @@ var scenarios = []scenario{
 	{
 		name: "batch of 30", what: "per request: enqueue steps of 30 requests on new keys, then release steps of their 30 ids", ops: 600,
 		run: `for b=1,20 do
-  local reqs, ids = {}, {'2','h:','o1','0'}
+  local reqs, ids = {}, {P,'h:','o1','0'}
   for i=1,30 do reqs[i] = '{"id":"e'..R..b..'-'..i..'","k":[["k'..R..b..'-'..i..'",1]]}'; ids[#ids+1] = 'e'..R..b..'-'..i end
-  local x = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+  local x = ENQ(KEYS, {P,'h:', '30000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
   if type(x) ~= 'table' then return x end
   x = REL(KEYS, ids)
   if type(x) ~= 'table' then return x end
@@ -75,57 +77,57 @@ end`,
 	{
 		name: "release with a waiter", what: "a holder's release that grants the one waiter behind it (hand-off)", ops: 200,
 		setup: `for i=1,200 do
-  ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
-  ENQ(KEYS, {'2','h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  ENQ(KEYS, {P,'h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  ENQ(KEYS, {P,'h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
 end`,
 		run: `for i=1,200 do
-  local x = REL(KEYS, {'2','h:','holder','0','h'..R..i})
-  if type(x) ~= 'table' or x[2][1] ~= 'h' or #x[3] ~= 1 then return x end
+  local x = REL(KEYS, {P,'h:','holder','0','h'..R..i})
+  if type(x) ~= 'table' or WAS1(x) ~= 'h' or NGRANT(x, 1) ~= 1 then return x end
 end`,
 	},
 	{
 		name: "enqueue behind a holder", what: "a request queued behind the holder of its key (the contended enqueue)", ops: 200,
 		setup: `for i=1,200 do
-  ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  ENQ(KEYS, {P,'h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..i..'","k":[["k'..R..i..'",1]]}]'})
 end`,
 		run: `for i=1,200 do
-  local x = ENQ(KEYS, {'2','h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
-  if type(x) ~= 'table' or x[2][1][2] ~= 'w' then return x end
+  local x = ENQ(KEYS, {P,'h:', '600000', 'waiter', 'host', '1', '[{"id":"w'..R..i..'","k":[["k'..R..i..'",1]]}]'})
+  if type(x) ~= 'table' or ST1(x) ~= 'w' then return x end
 end`,
 	},
 	{
 		name: "release of waiters", what: "per id: 1,000 waiters behind a holder released in steps of 250 (Session.Close)", ops: 1000,
 		setup: waiters1000,
 		run: `for b=0,3 do
-  local a = {'2','h:','o1','0'}
+  local a = {P,'h:','o1','0'}
   for i=1,250 do a[#a+1] = 'w'..R..'-'..(b*250+i) end
   local x = REL(KEYS, a)
-  if type(x) ~= 'table' or x[2][1] ~= 'w' then return x end
+  if type(x) ~= 'table' or WAS1(x) ~= 'w' then return x end
 end`,
 	},
 	{
 		name: "heartbeat of waiters", what: "per id: heartbeats of 1,000 waiters in steps of 250", ops: 1000,
 		setup: waiters1000,
 		run: `for b=0,3 do
-  local a = {'2','h:','600000','o1'}
+  local a = {P,'h:','600000','o1'}
   for i=1,250 do a[#a+1] = 'w'..R..'-'..(b*250+i) end
   local x = HB(KEYS, a)
-  if type(x) ~= 'table' or x[2][1][2] ~= 'w' then return x end
+  if type(x) ~= 'table' or ST1(x) ~= 'w' then return x end
 end`,
 	},
 	{
 		name: "enqueue 1,000 on one key", what: "per request: one step of 1,000 requests queued behind a holder", ops: 1000,
-		setup: `ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["q'..R..'",1]]}]'})`,
+		setup: `ENQ(KEYS, {P,'h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["q'..R..'",1]]}]'})`,
 		run: `local reqs = {}
 for i=1,1000 do reqs[i] = '{"id":"w'..R..'-'..i..'","k":[["q'..R..'",1]]}' end
-local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+local x = ENQ(KEYS, {P,'h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
 if type(x) ~= 'table' then return x end`,
 	},
 	{
 		name: "enqueue 1,000 on own keys", what: "per request: one step of 1,000 requests, each on a key of its own (granted)", ops: 1000,
 		run: `local reqs = {}
 for i=1,1000 do reqs[i] = '{"id":"w'..R..'-'..i..'","k":[["o'..R..'-'..i..'",1]]}' end
-local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+local x = ENQ(KEYS, {P,'h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
 if type(x) ~= 'table' then return x end`,
 	},
 }
@@ -218,18 +220,18 @@ end
 // count).
 func acquireRelease(key string) string {
 	return `for i=1,500 do
-  local a = ENQ(KEYS, {'2','h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["'..` + key + `..'",1]]}]'})
-  if type(a) ~= 'table' or a[2][1][2] ~= 'h' then return a end
-  local b = REL(KEYS, {'2','h:','o1','0','e'..R..i})
-  if type(b) ~= 'table' or b[2][1] ~= 'h' then return b end
+  local a = ENQ(KEYS, {P,'h:', '30000', 'o1', 'host', '1', '[{"id":"e'..R..i..'","k":[["'..` + key + `..'",1]]}]'})
+  if type(a) ~= 'table' or ST1(a) ~= 'h' then return a end
+  local b = REL(KEYS, {P,'h:','o1','0','e'..R..i})
+  if type(b) ~= 'table' or WAS1(b) ~= 'h' then return b end
 end`
 }
 
-const waiters1000 = `ENQ(KEYS, {'2','h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["k'..R..'",1]]}]'})
+const waiters1000 = `ENQ(KEYS, {P,'h:', '600000', 'holder', 'host', '1', '[{"id":"h'..R..'","k":[["k'..R..'",1]]}]'})
 for b=0,3 do
   local reqs = {}
   for i=1,250 do reqs[i] = '{"id":"w'..R..'-'..(b*250+i)..'","k":[["k'..R..'",1]]}' end
-  local x = ENQ(KEYS, {'2','h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
+  local x = ENQ(KEYS, {P,'h:', '600000', 'o1', 'host', '1', '['..table.concat(reqs, ',')..']'})
   if type(x) ~= 'table' then return x end
 end`
 
@@ -245,9 +247,19 @@ func main() {
 	dir := flag.String("dir", "", "the scripts' directory (default: scripts/lua of the repository this runs in)")
 	server := flag.String("redis-server", "redis-server", "the redis-server binary to run under callgrind")
 	floor := flag.Bool("floor", false, "count the floors instead: the commands of one acquire and release alone, in today's layout and in others (no scripts)")
+	flag.StringVar(&only, "only", "", "count only the scenarios whose name matches this regular expression")
 	flag.BoolVar(&fcall, "fcall", false, "count real FCALLs instead: the library loaded once, steps sent by this program, the whole server's instructions per op (the command's parsing, the call and its reply included)")
 	flag.Parse()
 	var err error
+	if only != "" {
+		re, rerr := regexp.Compile(only)
+		if rerr != nil {
+			fmt.Fprintln(os.Stderr, "luacost: -only:", rerr)
+			os.Exit(2)
+		}
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !re.MatchString(sc.name) })
+		fcallScenarios = slices.DeleteFunc(fcallScenarios, func(sc fcallScenario) bool { return !re.MatchString(sc.name) })
+	}
 	if *floor {
 		err = runFloors(*server)
 	} else {
@@ -259,8 +271,11 @@ func main() {
 	}
 }
 
-// fcall is -fcall (fcall.go).
-var fcall bool
+// fcall is -fcall (fcall.go); only is -only.
+var (
+	fcall bool
+	only  string
+)
 
 // version is one version of the scripts: its name and how to read one of
 // its files (e.g. "lib.lua").
@@ -388,7 +403,14 @@ func prelude(read func(string) (string, error)) (string, error) {
 		}
 		fmt.Fprintf(&b, "\nlocal function %s(KEYS, ARGV)\n%s\nend\n", f.name, body)
 	}
-	b.WriteString("local R = ARGV[1]\n")
+	// The drivers speak the version's protocol (P), and read its replies
+	// in either form: protocol 2's nested lists, protocol 3's flat ones.
+	b.WriteString(`local R = ARGV[1]
+local P = PROTOCOL
+local function ST1(x) if type(x[2]) == 'table' then return x[2][1][2] end return x[4] end
+local function WAS1(x) if type(x[2]) == 'table' then return x[2][1] end return x[2] end
+local function NGRANT(x, n) if type(x[3]) == 'table' then return #x[3] end return #x - 1 - n end
+`)
 	return b.String(), nil
 }
 
