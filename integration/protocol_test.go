@@ -37,6 +37,8 @@ type protoDoc struct {
 	state    int                 // keys 1 to state are the namespace's state
 	extra    int                 // the number of KEYS record.lua takes
 	protocol string              // ARGV[1]
+	keyspace string              // the first field of the lanes marker
+	flat     bool                // replies travel flat (protocol 3: "Flat replies")
 	wake     string              // ARGV[2], the hint channel prefix, with {ns}
 	fence    string              // the key of fence.lua, with {ns}
 	run      string              // the key of a run's records, with {ns}, without the run id
@@ -119,9 +121,27 @@ func readProtocol(t *testing.T) protoDoc {
 			d.marker, _ = fieldNames(k.mark)
 		}
 	}
-	if !slices.Equal(d.marker, []string{"protocol", "epoch", "frozen", "maxttl", "tombs"}) {
-		t.Fatalf("PROTOCOL.md documents the marker %q; the test reads protocol, epoch, frozen, maxttl, tombs: update the test", d.marker)
+	if !slices.Equal(d.marker, []string{"keyspace", "epoch", "frozen", "maxttl", "tombs"}) {
+		t.Fatalf("PROTOCOL.md documents the marker %q; the test reads keyspace, epoch, frozen, maxttl, tombs: update the test", d.marker)
 	}
+	if m := regexp.MustCompile("`keyspace` is the version of the keyspace, `([0-9]+)`").FindStringSubmatch(strings.Join(strings.Fields(d.text), " ")); m != nil {
+		d.keyspace = m[1]
+	} else {
+		t.Fatal("PROTOCOL.md: no sentence \"`keyspace` is the version of the keyspace, `N`\"")
+	}
+	// The flat form of the replies the test reads in the table's nested
+	// form (protoRunner.unflat).
+	for _, sentence := range []string{
+		"The replies of `enqueue.lua`, `heartbeat.lua`, `release.lua` and `record.lua` travel as flat lists",
+		"`[epoch, [status, ...], more]` travels as `epoch`, `more`, then each status",
+		"a status `[id, state, [value, ...], seq, wait]` travels as its five elements `id`, `state`, `seq`, `wait`, `n`, then its `n` values",
+		"`[epoch, [state per id], [granted ids]]` travels as `epoch`, the state of each id named, in order, then the granted ids",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(d.text), " "), sentence) {
+			t.Fatalf("PROTOCOL.md: no sentence %q (Flat replies)", sentence)
+		}
+	}
+	d.flat = true
 	pad := regexp.MustCompile("The field `\\\\2` of `lanes`, written with its marker, holds a value of (\\d+) bytes that means nothing \\(`([^`]+)`\\)").FindStringSubmatch(strings.Join(strings.Fields(d.text), " "))
 	if pad == nil {
 		t.Fatal("PROTOCOL.md: no sentence \"The field `\\2` of `lanes`, written with its marker, holds a value of N bytes that means nothing (`...`)\"")
@@ -363,7 +383,67 @@ func (r *protoRunner) call(script string, vals map[string]any) (any, error) {
 			r.t.Fatalf("the test gives ARGV %q to %s, which PROTOCOL.md does not document", name, script)
 		}
 	}
-	return r.eval(script, r.scriptKeys(script), argv)
+	v, err := r.eval(script, r.scriptKeys(script), argv)
+	if err == nil && r.doc.flat {
+		switch script {
+		case "enqueue.lua", "heartbeat.lua":
+			v = r.unflatStatuses(script, v)
+		case "release.lua", "record.lua":
+			ids, _ := vals["entry ids..."].([]string)
+			v = r.unflatReleased(script, v, len(ids))
+		}
+	}
+	return v, err
+}
+
+// unflatStatuses reads the flat reply v of enqueue.lua or heartbeat.lua
+// as PROTOCOL.md says it travels (Flat replies: epoch, more, then per
+// status id, state, seq, wait, n and n values) and returns it in the
+// table's form, [epoch, [[id, state, [values], seq(, wait)], ...], more]:
+// seq only where the table writes one (0 travels for none), wait only
+// when above 0.
+func (r *protoRunner) unflatStatuses(script string, v any) any {
+	r.t.Helper()
+	f, ok := v.([]any)
+	if !ok || len(f) < 2 {
+		r.t.Fatalf("%s reply %#v; want a flat list, epoch and more first", script, v)
+	}
+	list := []any{}
+	for at := 2; at < len(f); {
+		if at+5 > len(f) {
+			r.t.Fatalf("%s reply %#v: a status of fewer than five elements at %d", script, v, at)
+		}
+		seq, ok1 := f[at+2].(int64)
+		wait, ok2 := f[at+3].(int64)
+		n, ok3 := f[at+4].(int64)
+		if !ok1 || !ok2 || !ok3 || n < 0 || at+5+int(n) > len(f) {
+			r.t.Fatalf("%s reply %#v: the status at %d has no integer seq, wait and count of its values", script, v, at)
+		}
+		st := []any{f[at], f[at+1], slices.Clone(f[at+5 : at+5+int(n)])}
+		if state, _ := f[at+1].(string); tuples(r.t, r.doc.replies[script])[state].extra != "" {
+			st = append(st, seq)
+		} else if seq != 0 {
+			r.t.Fatalf("%s reply %#v: a status %q that the table gives no seq travels seq %d; want 0", script, v, state, seq)
+		}
+		if wait > 0 {
+			st = append(st, wait)
+		}
+		list = append(list, st)
+		at += 5 + int(n)
+	}
+	return []any{f[0], list, f[1]}
+}
+
+// unflatReleased reads the flat reply v of release.lua or record.lua for
+// n ids (epoch, n states, the granted ids) and returns it in the table's
+// form, [epoch, [state per id], [granted ids]].
+func (r *protoRunner) unflatReleased(script string, v any, n int) any {
+	r.t.Helper()
+	f, ok := v.([]any)
+	if !ok || len(f) < 1+n {
+		r.t.Fatalf("%s reply %#v; want a flat list of the epoch and a state per id (%d)", script, v, n)
+	}
+	return []any{f[0], slices.Clone(f[1 : 1+n]), slices.Clone(f[1+n:])}
 }
 
 func (r *protoRunner) mustCall(script string, vals map[string]any) any {
@@ -501,8 +581,8 @@ func (r *protoRunner) marker() map[string]string {
 		}
 		out[name] = f[i]
 	}
-	if out["protocol"] != r.doc.protocol {
-		r.t.Fatalf("lanes marker %q; want the protocol %s first", raw, r.doc.protocol)
+	if out["keyspace"] != r.doc.keyspace {
+		r.t.Fatalf("lanes marker %q; want the keyspace %s first", raw, r.doc.keyspace)
 	}
 	return out
 }
@@ -1147,8 +1227,8 @@ func TestProtocolDocMatchesScripts(t *testing.T) {
 			t.Errorf("lib.lua's header writes the %s %q; PROTOCOL.md %q", f.what, got, f.doc)
 		}
 	}
-	if m := regexp.MustCompile(`mark_line = function\(\)\n\s*return PROTOCOL \.\. ' ' \.\. EPOCH \.\. ' ' \.\. dec\(FROZEN\) \.\. ' ' \.\. dec\(MAXTTL\) \.\. ' ' \.\. dec\(TOMBS\)`).Find(lib); m == nil {
-		t.Errorf("lib.lua's mark_line no longer writes protocol, epoch, frozen, maxttl, tombs: compare it with PROTOCOL.md")
+	if m := regexp.MustCompile(`mark_line = function\(\)\n\s*return KEYSPACE \.\. ' ' \.\. EPOCH \.\. ' ' \.\. dec\(FROZEN\) \.\. ' ' \.\. dec\(MAXTTL\) \.\. ' ' \.\. dec\(TOMBS\)`).Find(lib); m == nil {
+		t.Errorf("lib.lua's mark_line no longer writes keyspace, epoch, frozen, maxttl, tombs: compare it with PROTOCOL.md")
 	}
 	if m := regexp.MustCompile(`string\.format\('%s %d %d %d', EPOCH, r\.l, r\.t, r\.w\)\s*\n\s*\.\. \(#r\.h > 0 and ' ' \.\. table\.concat\(r\.h, ' '\) or ''\)`).Find(lib); m == nil {
 		t.Errorf("lib.lua's flush no longer writes epoch, limit, token, waiters, holders: compare it with PROTOCOL.md")
@@ -1599,7 +1679,7 @@ func TestProtocolLeanPathRealRedis(t *testing.T) {
 		if got := r.hash("entries"); len(got) != 2 || got["\x00"] != "" {
 			t.Errorf("entries = %q; want its marker and A", got)
 		}
-		marker := strings.Join([]string{r.doc.protocol, epoch, "0", "30000", "0"}, " ")
+		marker := strings.Join([]string{r.doc.keyspace, epoch, "0", "30000", "0"}, " ")
 		if got := r.hash("lanes"); !mapsEqual(got, map[string]string{"\x00": marker, "\x02": r.doc.pad, "a": epoch + " 2 " + tokA + " 0 A", "b": epoch + " 1 " + tokB + " 0 A"}) {
 			t.Errorf("lanes = %q; want the marker %q, the pad and a record of a and of b naming A", got, marker)
 		}
@@ -2817,7 +2897,7 @@ func TestProtocolDoctorRealRedis(t *testing.T) {
 	// reap: in repair mode only (check mode is refused above, in
 	// TestProtocolBadArgRealRedis).
 	epoch2 := p.epoch
-	r.c.HSet(ctx, r.key("lanes"), "\x00", strings.Join([]string{r.doc.protocol, epoch2, "0", "30000", "0"}, " ")) // end the freeze
+	r.c.HSet(ctx, r.key("lanes"), "\x00", strings.Join([]string{r.doc.keyspace, epoch2, "0", "30000", "0"}, " ")) // end the freeze
 	r.mustEnqueue(owner, 1, []string{"X", "h", "Y", "h"}, req("X", lane("x", 1)), req("Y", lane("y", 1)))
 	time.Sleep(20 * time.Millisecond)
 	p = r.doctor("reap", "repair", "0", 1)

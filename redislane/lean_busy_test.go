@@ -151,11 +151,36 @@ func countedSteps(t *testing.T, c *redis.Client) func(ns, script string, args ..
 			t.Fatalf("%s %v: %v", script, args, err)
 		}
 		r, ok := v.([]any)
-		if !ok || len(r) != 3 {
+		if !ok {
 			t.Fatalf("%s %v = %v", script, args, v)
 		}
-		return r, inner() - n0
+		return nestedReply(t, script, r, len(args)-2), inner() - n0
 	}
+}
+
+// nestedReply is the flat reply r of script (protocol 3) in the nested
+// form of protocol 2, which these tests read: {epoch, {{id, state,
+// {values}, seq(, wait)}, ...}, more} for enqueue and heartbeat, {epoch,
+// {state per id}, {granted ids}} for release (ids: how many it named).
+func nestedReply(t testing.TB, script string, r []any, ids int) []any {
+	t.Helper()
+	if script == "release" {
+		if len(r) < 1+ids {
+			t.Fatalf("release answered %v for %d ids", r, ids)
+		}
+		return []any{r[0], r[1 : 1+ids], r[1+ids:]}
+	}
+	var list []any
+	for at := 2; at < len(r); {
+		n, _ := r[at+4].(int64)
+		st := []any{r[at], r[at+1], r[at+5 : at+5+int(n)], r[at+2]}
+		if w, _ := r[at+3].(int64); w > 0 {
+			st = append(st, w)
+		}
+		list = append(list, st)
+		at += 5 + int(n)
+	}
+	return []any{r[0], list, r[1]}
 }
 
 // TestLeanReleaseOfWaitersRealRedis: an owner's release of waiters of its

@@ -119,7 +119,7 @@ func (f *fz) call(lib, ns, script string, args []any) (any, error) {
 	ctx := context.Background()
 	keys := nsKeys(ns)
 	prefix := "lanes:{" + ns + "}:wake:"
-	all := append([]any{"2", prefix}, args...)
+	all := append([]any{redislane.Protocol, prefix}, args...)
 	return f.c.FCall(ctx, lib+"_"+script, keys, all...).Result()
 }
 

@@ -45,9 +45,10 @@ var (
 const DefaultPrefix = "lanes"
 
 // Protocol is the version of the scripts' protocol (docs/PROTOCOL.md) this
-// package speaks; every script checks it, and the namespace's state records
-// the version that made it.
-const Protocol = "2"
+// package speaks; every script checks it. Protocol 3 answers in flat lists
+// and keeps protocol 2's keyspace, whose version (2) the namespace's state
+// records: runners of protocols 2 and 3 share a namespace.
+const Protocol = "3"
 
 // ErrProtocol reports a script or a namespace of another protocol version
 // than Protocol: a fleet that runs two versions of lanes on one namespace.

@@ -20,44 +20,43 @@ func malformed(what string, v any) error {
 	return fmt.Errorf("%w: malformed %s reply from Redis: %.200v", lanes.ErrUnavailable, what, v)
 }
 
-// parseStatuses reads {epoch, {{id, state, {key, value, ...}, seq}, ...},
-// more}.
+// parseStatuses reads the flat reply of enqueue.lua and heartbeat.lua
+// (docs/PROTOCOL.md, protocol 3): {epoch, more, then per status: id,
+// state, seq, wait ms, n, and n values}, n statuses.
 func parseStatuses(v any, n int) ([]lanes.Status, error) {
-	top, ok := v.([]any)
-	if !ok || len(top) != 3 {
+	f, ok := v.([]any)
+	if !ok || len(f) < 2 {
 		return nil, malformed("status", v)
 	}
-	more, ok := top[2].(int64)
-	if !ok {
-		return nil, malformed("status", v)
-	}
-	epoch, ok1 := top[0].(string)
-	list, ok2 := top[1].([]any)
-	if !ok1 || !ok2 || len(list) != n {
+	epoch, ok1 := f[0].(string)
+	more, ok2 := f[1].(int64)
+	if !ok1 || !ok2 {
 		return nil, malformed("status", v)
 	}
 	out := make([]lanes.Status, n)
-	for i, item := range list {
-		f, ok := item.([]any)
-		if !ok || len(f) < 3 || len(f) > 5 {
+	at := 2
+	for i := range out {
+		if at+5 > len(f) {
 			return nil, malformed("status", v)
 		}
-		id, _ := f[0].(string)
-		state, _ := f[1].(string)
-		detail, ok := f[2].([]any)
+		id, ok1 := f[at].(string)
+		state, ok2 := f[at+1].(string)
+		seq, ok3 := f[at+2].(int64)
+		wait, ok4 := f[at+3].(int64)
+		m, ok5 := f[at+4].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || m < 0 || int64(len(f)-at-5) < m {
+			return nil, malformed("status", v)
+		}
+		detail := f[at+5 : at+5+int(m)]
+		at += 5 + int(m)
 		refused := state == "e" || state == "x" || state == "t" || state == "b"
-		if !ok || (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
+		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
 			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
-		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1}
-		if len(f) >= 4 {
-			seq, _ := f[3].(int64)
-			st.Seq = uint64(max(seq, 0))
-		}
-		if len(f) == 5 { // rate lanes: ms until a rate could have room
-			ms, _ := f[4].(int64)
-			st.RateWait = time.Duration(max(ms, 0)) * time.Millisecond
+		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1, Seq: uint64(max(seq, 0))}
+		if wait > 0 { // rate lanes: ms until a rate could have room
+			st.RateWait = time.Duration(wait) * time.Millisecond
 		}
 		switch state {
 		case "h":
@@ -113,6 +112,9 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		}
 		out[i] = st
 	}
+	if at != len(f) {
+		return nil, malformed("status", v)
+	}
 	return out, nil
 }
 
@@ -128,15 +130,12 @@ func parseState(s any) (lanes.State, bool) {
 	return lanes.Gone, false
 }
 
-// parseReleased reads {epoch, {state per id}, {granted ids}}.
+// parseReleased reads the flat reply of release.lua and record.lua
+// (docs/PROTOCOL.md, protocol 3): {epoch, the state of each of the n ids,
+// then the ids the step granted}.
 func parseReleased(v any, n int) (lanes.Released, error) {
 	f, ok := v.([]any)
-	if !ok || len(f) != 3 {
-		return lanes.Released{}, malformed("release", v)
-	}
-	was, ok1 := f[1].([]any)
-	granted, ok2 := f[2].([]any)
-	if !ok1 || !ok2 || len(was) != n {
+	if !ok || len(f) < 1+n {
 		return lanes.Released{}, malformed("release", v)
 	}
 	epoch, ok := f[0].(string)
@@ -144,7 +143,7 @@ func parseReleased(v any, n int) (lanes.Released, error) {
 		return lanes.Released{}, malformed("release", v)
 	}
 	r := lanes.Released{Was: make([]lanes.State, n), Forced: make([]bool, n), Revoked: make([]bool, n), Epoch: epoch}
-	for i, s := range was {
+	for i, s := range f[1 : 1+n] {
 		switch s {
 		case "f":
 			r.Forced[i] = true
@@ -159,7 +158,7 @@ func parseReleased(v any, n int) (lanes.Released, error) {
 		}
 		r.Was[i] = st
 	}
-	for _, g := range granted {
+	for _, g := range f[1+n:] {
 		id, ok := g.(string)
 		if !ok {
 			return lanes.Released{}, malformed("release", v)

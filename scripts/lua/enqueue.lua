@@ -11,7 +11,9 @@
 --       1 to MAX_STEP_REQUESTS requests with distinct ids and
 --       MAX_STEP_LANES lanes in all, each within the bounds of lib.lua.
 --       Anything else is refused before any change.
--- Reply: {epoch, statuses, more}: one status per request, in order
+-- Reply (sent flat, lib.lua's finish: epoch, more, then per status id,
+--        state, seq, wait, n and n values):
+--        {epoch, statuses, more}: one status per request, in order
 --        (more as heartbeat.lua's):
 --        {id, "h", {key, token, ...}, seq}, {id, "w", {key, position from
 --        1, ...}, seq} (then wait ms when a rate holds it back), or, when that one request is refused and nothing
@@ -152,8 +154,7 @@ if lean and untombed(ids) then
     grant(e, false, NOW + ttl, false)
     out[i] = status(e, true)
   end
-  finish()
-  return {EPOCH, out, 0}
+  return finish(out)
 end
 
 err = confirm(true, whole)
@@ -452,5 +453,4 @@ for i, r in ipairs(reqs) do
 end
 
 if seq ~= seq0 then redis.call('HSET', K_META, 'seq', dec(seq)) end
-finish()
-return {EPOCH, out, MORE and 1 or 0}
+return finish(out)

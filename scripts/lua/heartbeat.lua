@@ -10,7 +10,8 @@
 -- KEYS: the seven of lib.lua.
 -- ARGV: [1] protocol, [2] hint channel prefix, [3] TTL (ms, 1 to MAX_TTL),
 --       [4] owner id, [5...] 1 to MAX_STEP_REQUESTS entry ids.
--- Reply: {epoch ("" when the namespace has no state), statuses, more}:
+-- Reply (sent flat, as enqueue.lua's):
+--        {epoch ("" when the namespace has no state), statuses, more}:
 --        one status per id, in order: {id, "h", {key, token, ...}, seq},
 --        {id, "w", {}, seq} ({id, "w", {}, seq, wait ms} when a rate holds
 --        it back: poll it then, lib.lua) or {id, "g", {}} (gone: expired, released,
@@ -39,7 +40,7 @@ err = open(false, {}, ids) or full(false)
 if err then return err end
 if not EPOCH then
   for i = 5, #ARGV do out[#out + 1] = {ARGV[i], 'g', {}} end
-  return {'', out, 0}
+  return finish(out)
 end
 note_ttl(ttl)
 redis.call('ZREMRANGEBYSCORE', K_TOMBS, '-inf', dec(NOW)) -- lapsed tombstones
@@ -78,5 +79,4 @@ for i = 5, #ARGV do
   end
 end
 
-finish()
-return {EPOCH, out, MORE and 1 or 0}
+return finish(out)

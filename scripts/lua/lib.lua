@@ -1,7 +1,7 @@
 -- lib.lua: the bounds, the keyspace and the helpers shared by enqueue.lua,
 -- heartbeat.lua, release.lua, inspect.lua, doctor.lua and record.lua;
 -- package lua puts this file in front of each of them. docs/PROTOCOL.md
--- describes protocol 2.
+-- describes protocol 3.
 --
 -- KEYS (the same seven, in this order, for every lanes script; all share
 -- the namespace's hash tag, e.g. lanes:{ns}:entries). Keys 1 to 6 are the
@@ -16,8 +16,8 @@
 --               holders and waiters share, the last fencing token issued
 --               (never lost with the record), how many entries wait for the
 --               key, and its holders in grant order. The marker "\0" holds
---               "<protocol> <epoch> <frozen ms> <maxttl ms> <tombs ms>":
---               the epoch changes when the state is reset or first made, no
+--               "<keyspace> <epoch> <frozen ms> <maxttl ms> <tombs ms>":
+--               keyspace is KEYSPACE, the epoch changes when the state is reset or first made, no
 --               grant happens before frozen, maxttl is the longest TTL
 --               given, and no tombstone lives past tombs.
 --   3 queue     sorted set, scores 0: every lane's FIFO queue at once;
@@ -39,7 +39,9 @@
 --               "f\0" .. id (released by force), scored by when they lapse
 -- ARGV[1] is always the protocol version, ARGV[2] the prefix of the
 -- grant-hint channels: the owner id is appended to it, and the prefix
--- alone is the namespace's channel, where a reset is announced.
+-- alone is the namespace's channel, where a reset is announced. Protocol
+-- 3 is protocol 2 with flat replies (finish, and the lean steps): the
+-- keyspace is protocol 2's, and runners of the two share a namespace.
 --
 -- Entry record (the value in entries, without its id): {o = owner id,
 -- h = host, p = pid, c = call id, t = tool, n = tenant (strings; c, t and
@@ -55,7 +57,8 @@
 -- its slots for them); an entry with v or z is gone to its owner}.
 
 -- The bounds. package lanes has the same constants (a test compares them).
-local PROTOCOL = '2'
+local PROTOCOL = '3'
+local KEYSPACE = '2' -- the version of the keyspace, the first field of the marker of lanes
 local MAX_KEY_LEN = 512       -- bytes in a lane key
 local MAX_ID_LEN = 256        -- bytes in an entry or owner id
 local MAX_FIELD_LEN = 256     -- bytes in a call id, tool, tenant or host
@@ -357,6 +360,10 @@ local function gather() PENDING = PENDING or {q = {}, e = {}} end
 -- mrun runs cmd on key with the arguments of list (members, or field and
 -- value pairs), in pieces small enough for unpack.
 local function mrun(cmd, key, list)
+  if #list <= 1000 then
+    if #list > 0 then redis.call(cmd, key, unpack(list)) end
+    return
+  end
   for i = 1, #list, 1000 do
     redis.call(cmd, key, unpack(list, i, math.min(#list, i + 999)))
   end
@@ -717,7 +724,7 @@ end
 -- holds a marker), or none does.
 
 mark_line = function()
-  return PROTOCOL .. ' ' .. EPOCH .. ' ' .. dec(FROZEN) .. ' ' .. dec(MAXTTL) .. ' ' .. dec(TOMBS)
+  return KEYSPACE .. ' ' .. EPOCH .. ' ' .. dec(FROZEN) .. ' ' .. dec(MAXTTL) .. ' ' .. dec(TOMBS)
 end
 
 -- The value of the field "\2" of lanes: longer than Redis's default
@@ -786,7 +793,7 @@ local function read_marker(raw)
     return
   end
   local v, ep, fr, mx, tb = string.match(raw, '^(%S+) (%S+) (%d+) (%d+) (%d+)$')
-  if v ~= PROTOCOL then
+  if v ~= KEYSPACE then
     return redis.error_reply('LANES_VERSION ' .. PROTOCOL .. ' data:' .. tostring(string.match(raw, '^%S*')))
   end
   EPOCH, FROZEN, MAXTTL, TOMBS = ep, tonumber(fr), tonumber(mx), tonumber(tb)
@@ -1352,23 +1359,45 @@ end
 -- time (ms)} for each of its entries this step granted (the owner may take
 -- the grant from it without asking), and {"id"} for each removed or taken
 -- over by someone else (the owner asks).
-local function finish()
+local function finish(out, was)
   flush()
   if next(RDIRTY) then rate_flush() end -- rate lanes
-  if #granted == 0 and #told == 0 then return end
-  local by, order = {}, {}
-  local function add(o, msg)
-    if not by[o] then
-      by[o] = {}
-      order[#order + 1] = o
+  if #granted > 0 or #told > 0 then
+    local by, order = {}, {}
+    local function add(o, msg)
+      if not by[o] then
+        by[o] = {}
+        order[#order + 1] = o
+      end
+      table.insert(by[o], msg)
     end
-    table.insert(by[o], msg)
+    for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x, g = e.g}) end
+    for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
+    for _, o in ipairs(order) do
+      redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
+    end
   end
-  for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x, g = e.g}) end
-  for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
-  for _, o in ipairs(order) do
-    redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
+  -- The reply, a flat list (protocol 3, docs/PROTOCOL.md: Redis turns
+  -- each Lua table of a reply into an array at a cost of its own, and a
+  -- list of lists cost more than an uncontended step's work, issue 12).
+  local r = {EPOCH or ''}
+  if out then
+    -- enqueue.lua's and heartbeat.lua's: more, then per status (status(),
+    -- {id, code, {message, ...}} for a refusal, {id, "g", {}} for an
+    -- entry gone) its id, state, seq, wait ms, n, and its n values
+    r[2] = MORE and 1 or 0
+    for _, st in ipairs(out) do
+      local d, n = st[3], #r
+      r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5] = st[1], st[2], st[4] or 0, st[5] or 0, #d
+      for j = 1, #d do r[n + 5 + j] = d[j] end
+    end
+  elseif was then
+    -- release.lua's and record.lua's: the state of each id, in order, then
+    -- the ids the step granted
+    for i = 1, #was do r[i + 1] = was[i] end
+    for i, e in ipairs(granted) do r[#was + 1 + i] = e.id end
   end
+  return r
 end
 
 -- Lean steps (issue 12). The common steps are taken whole before begin
@@ -1389,12 +1418,13 @@ end
 
 local lean_enqueue, lean_release, lean_read
 do -- (the lean steps' helpers: locals of this block alone)
-  -- The strings lean steps found valid: the last owner, host and pid of an
-  -- enqueue (also free of the bytes JSON escapes), the last TTL, and keys
-  -- and request fields (at most VALID_MAX, then forgotten). A library's
-  -- functions keep them between calls.
-  local LEAN_OWNER, LEAN_HOST, LEAN_PID, LEAN_TTLS, LEAN_TTL
-  local VKEY, VFIELD, VALID_N = {}, {}, 0
+  -- The strings lean steps found valid: the last TTL, and keys, request
+  -- fields and owners (at most VALID_MAX, then forgotten; an owner id with
+  -- the host and pid it came with, also free of the bytes JSON escapes, as
+  -- {host, pid, the start of its entry records}). A library's functions
+  -- keep them between calls: a namespace's steps come from a few owners.
+  local LEAN_TTLS, LEAN_TTL
+  local VKEY, VFIELD, VOWN, VALID_N = {}, {}, {}, 0
   local VALID_MAX = 1000
   -- Enqueue steps of more requests, and releases of more holders, go to
   -- the general path: there the work per request is less (cjson reads a
@@ -1402,9 +1432,9 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- cancelled waits) is lean up to MAX_STEP_REQUESTS ids (lean_leave).
   local LEAN_STEP = 100
 
-  local function remember(set, s)
-    if VALID_N >= VALID_MAX then VKEY, VFIELD, VALID_N = {}, {}, 0 end
-    set[s], VALID_N = true, VALID_N + 1
+  local function remember(set, s, v)
+    if VALID_N >= VALID_MAX then VKEY, VFIELD, VOWN, VALID_N = {}, {}, {}, 0 end
+    set[s], VALID_N = v or true, VALID_N + 1
   end
   local function lean_key(s)
     if VKEY[s] then return true end
@@ -1512,12 +1542,27 @@ do -- (the lean steps' helpers: locals of this block alone)
     if string.find(id, '\\', 1, true) then return nil end
     local v = TAILS.t[tail]
     if v then
+      if v[4] then return nil, id, v end -- one request of one lane, checked
       local reqs = {{id, v[1], v[2], v[3]}}
       seed_check(parse_requests, s, reqs)
       return reqs
     end
     local reqs = parse_requests(s)
-    if reqs and #reqs == 1 then put(TAILS, tail, {reqs[1][2], reqs[1][3], reqs[1][4]}) end
+    if reqs and #reqs == 1 then
+      local r = reqs[1]
+      local lanes = r[2]
+      -- a lone lane whose key, limit and fields pass enqueue.lua's checks
+      -- is marked so (v[4]): the next step with these bytes skips them
+      local one = #lanes == 1 and lean_key(lanes[1][1]) and lanes[1][3] <= MAX_LIMIT
+      if one and r[4] ~= '' then
+        for f in string.gmatch(r[4], '":"([^"]*)"') do
+          if not lean_field(f) then one = false end
+        end
+      end
+      local v = {lanes, r[3], r[4], one or nil}
+      put(TAILS, tail, v)
+      if one then return nil, id, v end
+    end
     return reqs
   end
   function parse_requests(s)
@@ -1643,11 +1688,14 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- holder count, limit string (nil for an idle key)}. It returns nil when
   -- the marker is missing or names another protocol, or a record does not
   -- parse (the general path decides).
-  local function lean_keys(keys)
-    local got = mcall('HMGET', K_LANES, keys, '\0')
+  -- With one, a key, it reads that key's record alone and returns its
+  -- state itself.
+  local function lean_keys(keys, one)
+    local got
+    if one then got = redis.call('HMGET', K_LANES, '\0', one) else got = mcall('HMGET', K_LANES, keys, '\0') end
     if not got[1] or read_marker(got[1]) then return nil end
-    local ks = {}
-    for i = 1, #keys do
+    local ks = not one and {}
+    for i = 1, one and 1 or #keys do
       local st = {'0', 0, '', 0, nil}
       local raw = got[i + 1]
       if raw then
@@ -1666,6 +1714,7 @@ do -- (the lean steps' helpers: locals of this block alone)
           end
         end
       end
+      if one then return st end
       ks[keys[i]] = st
     end
     return ks
@@ -1674,10 +1723,14 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- The last second, ms and deadline the clock gave and their forms (steps
   -- come many to a ms).
   local CLOCK_S, CLOCK_SN, CLOCK_MS, CLOCK_MSS, CLOCK_DL, CLOCK_DLS
-  -- lean_clock reads the Redis clock, and lean_whole whether deadlines is
-  -- whole and nothing has expired (as expiring, which a lean step needs to
-  -- find empty).
-  local function lean_clock()
+  -- lean_clock starts a lean step on KEYS and ARGV (the names of the
+  -- state keys and the hint channels) and reads the Redis clock; lean_whole
+  -- says whether deadlines is whole and nothing has expired (as expiring,
+  -- which a lean step needs to find empty).
+  local function lean_clock(KEYS, ARGV)
+    K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
+      KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+    WAKE = ARGV[2]
     local t = redis.call('TIME')
     if t[1] ~= CLOCK_S then CLOCK_S, CLOCK_SN = t[1], tonumber(t[1]) * 1000000 end
     NOW_US = CLOCK_SN + tonumber(t[2])
@@ -1751,12 +1804,9 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
   end
 
-  local function lean_begin(KEYS, ARGV)
-    K_ENTRIES, K_LANES, K_QUEUE, K_DEADLINES, K_NESTED, K_META, K_TOMBS =
-      KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-    WAKE = ARGV[2]
-  end
-
+  do -- (lean_enqueue's parts, locals of this block: Lua takes 200 locals at once)
+  local lean_one, lean_decide
+  local LEAN_HEAD -- the start of an entry record of this step's owner, host and pid
   -- lean_enqueue is enqueue.lua's step when its requests are plain: each,
   -- in order, is granted at once when every key it names has room for it
   -- behind all that hold or wait, else queued on each of them. It returns
@@ -1767,19 +1817,26 @@ do -- (the lean steps' helpers: locals of this block alone)
   function lean_enqueue(KEYS, ARGV)
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or not ARGV[7] then return nil end
     local owner, host, pid = ARGV[4], ARGV[5], ARGV[6]
-    if owner ~= LEAN_OWNER or host ~= LEAN_HOST or pid ~= LEAN_PID then
+    local o = VOWN[owner]
+    if not o or o[1] ~= host or o[2] ~= pid then
       if not (id_ok(owner) and field_ok(host) and not string.find(owner, '["\\]') and not string.find(host, '["\\]')
           and (pid == '0' or string.find(pid, '^[1-9]%d*$')) and #pid <= 10 and tonumber(pid) <= 4294967295) then
         return nil
       end
-      LEAN_OWNER, LEAN_HOST, LEAN_PID = owner, host, pid
+      o = {host, pid, '{"o":"' .. owner .. '","h":"' .. host .. '","p":' .. pid}
+      remember(VOWN, owner, o)
     end
+    LEAN_HEAD = o[3]
     if ARGV[3] ~= LEAN_TTLS then
       local ttl = int_in(ARGV[3], 1, MAX_TTL)
       if not ttl then return nil end
       LEAN_TTLS, LEAN_TTL = ARGV[3], ttl
     end
-    local reqs = lean_requests(ARGV[7])
+    local reqs, id, one = lean_requests(ARGV[7])
+    if one then
+      if not id_ok(id) then return nil end
+      return lean_one(KEYS, ARGV, id, one)
+    end
     if not reqs then return nil end
     -- The checks of enqueue.lua, which every request passes here.
     local ids, seen, keys, limits, total, dup = {}, #reqs > 1 and {}, {}, {}, 0, false
@@ -1813,8 +1870,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     if total > MAX_STEP_LANES then return nil end
 
-    lean_begin(KEYS, ARGV)
-    local nowS = lean_clock()
+    local nowS = lean_clock(KEYS, ARGV)
     local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
     if not ents[1] then return nil end
     for i = 1, #ids do
@@ -1822,7 +1878,39 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local ks = lean_keys(keys)
     if not ks or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+    return lean_decide(owner, reqs, ids, keys, limits, dup, ks, nowS)
+  end
 
+  -- lean_one is lean_enqueue's step for one new request of one lane (v:
+  -- what lean_requests keeps of its bytes after the id, checked): granted
+  -- at once on an idle key with no table made but its reply's, else
+  -- decided as any lean enqueue from the same reads.
+  function lean_one(KEYS, ARGV, id, v)
+    local nowS = lean_clock(KEYS, ARGV)
+    local ents = redis.call('HMGET', K_ENTRIES, '\0', id)
+    if not ents[1] or ents[2] then return nil end
+    local lane = v[1][1]
+    local key = lane[1]
+    local st = lean_keys(nil, key)
+    if not st or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+    if st[5] then
+      return lean_decide(ARGV[4], {{id, v[1], v[2], v[3]}}, {id}, {key}, {[key] = lane[2]}, false, {[key] = st}, nowS)
+    end
+    if NOW < TOMBS and not untombed({id}) then return nil end
+    st[5], st[3], st[4] = lane[2], ' ' .. id, 1
+    local tok = lean_token(st)
+    local rec0 = LEAN_HEAD .. v[3] .. ',"k":[' .. v[2] .. ']'
+    local rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{"' .. key .. '":"' .. tok .. '"}}'
+    if string.byte(tok) ~= 45 then rec_wrote(rec, ARGV[4], 'h', '0', nowS, v[1], rec0) end -- -
+    redis.call('HSET', K_ENTRIES, id, rec)
+    redis.call('ZADD', K_DEADLINES, lean_deadline(LEAN_TTL), id)
+    redis.call('HSET', K_LANES, key, lean_line(st))
+    return {EPOCH, 0, id, 'h', 0, 0, 2, key, tok}
+  end
+
+  -- lean_decide is the rest of a lean enqueue, from its reads: ks, the
+  -- records of keys (lean_keys), and the clock nowS.
+  function lean_decide(owner, reqs, ids, keys, limits, dup, ks, nowS)
     -- A key with holders or waiters keeps its limit, and the rate its
     -- holders carry must be none (rate_recorded reads the first holder's
     -- record); then the general path confirms the state and purges.
@@ -1862,9 +1950,9 @@ do -- (the lean steps' helpers: locals of this block alone)
     if not untombed(ids) then return nil end
 
     -- Decided: grants and queue places in order, then the writes.
-    local out, recs, dls, members, seq0 = {}, {}, {}, {}, seq
+    local out, recs, dls, members, seq0 = {EPOCH, 0}, {}, {}, {}, seq
     local dl = lean_deadline(LEAN_TTL)
-    local head = '{"o":"' .. owner .. '","h":"' .. host .. '","p":' .. pid
+    local head = LEAN_HEAD
     for i = 1, #reqs do
       local r = reqs[i]
       local id, lanes = r[1], r[2]
@@ -1876,8 +1964,12 @@ do -- (the lean steps' helpers: locals of this block alone)
           break
         end
       end
-      local detail, rec0 = {}, head .. r[4] .. ',"k":[' .. r[3] .. ']'
+      local rec0 = head .. r[4] .. ',"k":[' .. r[3] .. ']'
       local rec
+      -- its status: id, state, seq, wait, 2 per lane, then key and token
+      -- (held) or position (waiting), lane by lane
+      local o = #out
+      out[o + 1], out[o + 3], out[o + 4], out[o + 5] = id, 0, 0, 2 * #lanes
       if now then
         local x, plain = {}, true
         for j = 1, #lanes do
@@ -1885,13 +1977,13 @@ do -- (the lean steps' helpers: locals of this block alone)
           local st = ks[key]
           st[5], st[3], st[4] = lanes[j][2], st[3] .. ' ' .. id, st[4] + 1
           local tok = lean_token(st)
-          detail[2 * j - 1], detail[2 * j] = key, tok
+          out[o + 4 + 2 * j], out[o + 5 + 2 * j] = key, tok
           x[j] = '"' .. key .. '":"' .. tok .. '"'
           if string.byte(tok) == 45 then plain = false end
         end
         rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{' .. table.concat(x, ',') .. '}}'
         if plain then rec_wrote(rec, owner, 'h', '0', nowS, lanes, rec0) end
-        out[i] = {id, 'h', detail, 0}
+        out[o + 2] = 'h'
       else
         seq = seq + 1
         for j = 1, #lanes do
@@ -1900,12 +1992,12 @@ do -- (the lean steps' helpers: locals of this block alone)
           st[5], st[2] = lanes[j][2], st[2] + 1
           members[#members + 1] = '0'
           members[#members + 1] = qmember(key, seq, id)
-          detail[2 * j - 1], detail[2 * j] = key, st[2] -- last on each key: its place is the count
+          out[o + 4 + 2 * j], out[o + 5 + 2 * j] = key, st[2] -- last on each key: its place is the count
         end
         local qs = tostring(seq) -- as cjson writes it (a seq from a meta edited by hand may be no whole number)
         rec = rec0 .. ',"s":"w","q":' .. qs .. ',"e":' .. nowS .. '}'
         if seq >= 0 and seq % 1 == 0 then rec_wrote(rec, owner, 'w', qs, nowS, lanes, rec0) end
-        out[i] = {id, 'w', detail, seq}
+        out[o + 2], out[o + 3] = 'w', seq
       end
       recs[2 * i - 1], recs[2 * i] = id, rec
       dls[2 * i - 1], dls[2 * i] = dl, id
@@ -1919,7 +2011,9 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     mrun('HSET', K_LANES, lines)
     if seq ~= seq0 then redis.call('HSET', K_META, 'seq', dec(seq)) end
-    return {EPOCH, out, 0}
+    return out
+  end
+
   end
 
   -- lean_drop takes the holder id out of the holders " a b …" of st; false
@@ -1982,16 +2076,18 @@ do -- (the lean steps' helpers: locals of this block alone)
     mrun('ZREM', K_QUEUE, members)
     mrun('HDEL', K_ENTRIES, ids)
     mrun('ZREM', K_DEADLINES, ids)
-    local lines, was = {}, {}
+    local lines, out = {}, {EPOCH}
     for i, key in ipairs(keys) do
       lines[2 * i - 1], lines[2 * i] = key, lean_line(ks[key])
     end
     mrun('HSET', K_LANES, lines)
-    for i = 1, #ids do was[i] = 'w' end
-    return {EPOCH, was, {}}
+    for i = 1, #ids do out[i + 1] = 'w' end
+    return out
   end
 
   local LEAN_READ -- what lean_release read of entries, for the general path
+  do -- (lean_release's parts, locals of this block)
+  local lean_freed
   -- waits reports whether the entry record raw (or false) names the state
   -- "w" where the lean form puts it (a quick look, before any parse).
   local function waits(raw) return string.find(raw or '', '],"s":"w"', 1, true) ~= nil end
@@ -2013,7 +2109,30 @@ do -- (the lean steps' helpers: locals of this block alone)
     LEAN_READ = nil
     if #KEYS ~= 7 or ARGV[1] ~= PROTOCOL or ARGV[4] ~= '0' then return nil end
     local by, n = ARGV[3], #ARGV - 4
-    if n < 1 or n > MAX_STEP_REQUESTS or (by ~= LEAN_OWNER and not id_ok(by)) then return nil end
+    if n < 1 or n > MAX_STEP_REQUESTS or (not VOWN[by] and not id_ok(by)) then return nil end
+    if n == 1 then
+      -- One id, the common step: a holder of one key that nobody waits
+      -- for is released with no table made but the reply's.
+      local id = ARGV[5]
+      if not id_ok(id) then return nil end
+      local nowS = lean_clock(KEYS, ARGV)
+      local ents = redis.call('HMGET', K_ENTRIES, '\0', id)
+      LEAN_READ = ents
+      if not ents[1] then return nil end
+      local e = plain_rec(ents[2])
+      if not e or e[1] ~= by then return nil end
+      if e[2] ~= 'h' or #e[5] > 1 then return lean_freed(by, {id}, {[id] = true}, nowS, ents) end
+      local kl = e[5][1]
+      local key = kl[1]
+      local st = lean_keys(nil, key)
+      if not st or not lean_whole(nowS) then return nil end
+      if st[2] > 0 then return lean_freed(by, {id}, {[id] = true}, nowS, ents, {e}, {key}, {[key] = st}) end
+      if not st[5] or kl[3] ~= int(st[5]) or not lean_drop(st, id) then return nil end
+      redis.call('HDEL', K_ENTRIES, id)
+      redis.call('ZREM', K_DEADLINES, id)
+      redis.call('HSET', K_LANES, key, lean_line(st))
+      return {EPOCH, 'h'}
+    end
     local ids = {}
     for i = 5, #ARGV do ids[i - 4] = ARGV[i] end
     local gone = {}
@@ -2022,40 +2141,51 @@ do -- (the lean steps' helpers: locals of this block alone)
       if gone[id] or not id_ok(id) then return nil end
       gone[id] = true
     end
-    lean_begin(KEYS, ARGV)
-    local nowS = lean_clock()
+    local nowS = lean_clock(KEYS, ARGV)
     local ents = mcall('HMGET', K_ENTRIES, ids, '\0')
     LEAN_READ = ents
     if not ents[1] then return nil end
-    -- Holders and waiters together, or many holders, go general before
-    -- any other work: told by the bytes where a record in the lean form
-    -- names its state (the parse below decides the rest), the last id's
-    -- first (a Session lists its newest entries first, and its holders
-    -- are most often its oldest).
-    if n > 1 then
-      local w = waits(ents[2])
-      if (not w and n > LEAN_STEP) or waits(ents[n + 1]) ~= w then return nil end
-      for i = 3, n do
-        if waits(ents[i]) ~= w then return nil end
-      end
-    end
-    local es, keys, seen = {}, {}, {}
-    local state = nil -- "h" or "w", that of every id
-    for i = 1, n do
-      local e = plain_rec(ents[i + 1])
-      if not e or e[1] ~= by then return nil end
-      state = state or e[2]
-      if e[2] ~= state or (state == 'h' and n > LEAN_STEP) then return nil end
-      es[i] = e
-      for _, kl in ipairs(e[5]) do
-        if not seen[kl[1]] then
-          seen[kl[1]] = true
-          keys[#keys + 1] = kl[1]
+    return lean_freed(by, ids, gone, nowS, ents)
+  end
+
+  -- lean_freed is the rest of lean_release, from its read of entries
+  -- (ents: the reply of HMGET entries \0 <ids>): ids, as a list and a set
+  -- (gone), released by the owner by. es, keys and ks, when given, are the
+  -- records of holders ids, their keys and the keys' records, read already.
+  function lean_freed(by, ids, gone, nowS, ents, es, keys, ks)
+    local n = #ids
+    local state = 'h' -- that of every id
+    if not es then
+      -- Holders and waiters together, or many holders, go general before
+      -- any other work: told by the bytes where a record in the lean form
+      -- names its state (the parse below decides the rest), the last id's
+      -- first (a Session lists its newest entries first, and its holders
+      -- are most often its oldest).
+      if n > 1 then
+        local w = waits(ents[2])
+        if (not w and n > LEAN_STEP) or waits(ents[n + 1]) ~= w then return nil end
+        for i = 3, n do
+          if waits(ents[i]) ~= w then return nil end
         end
       end
+      local seen
+      es, keys, seen, state = {}, {}, {}, nil
+      for i = 1, n do
+        local e = plain_rec(ents[i + 1])
+        if not e or e[1] ~= by then return nil end
+        state = state or e[2]
+        if e[2] ~= state or (state == 'h' and n > LEAN_STEP) then return nil end
+        es[i] = e
+        for _, kl in ipairs(e[5]) do
+          if not seen[kl[1]] then
+            seen[kl[1]] = true
+            keys[#keys + 1] = kl[1]
+          end
+        end
+      end
+      ks = lean_keys(keys)
+      if not ks or not lean_whole(nowS) then return nil end
     end
-    local ks = lean_keys(keys)
-    if not ks or not lean_whole(nowS) then return nil end
     if state == 'w' then return lean_leave(ids, es, keys, ks, gone) end
     -- The holders each key keeps once es are gone, and the limit each
     -- released lane names (scan counts its room from it).
@@ -2119,11 +2249,10 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
 
     -- Decided: the removals, then the grants in arrival order.
-    local was = {}
-    for i = 1, n do was[i] = 'h' end
+    local out = {EPOCH} -- then each id's state, then the ids granted
+    for i = 1, n do out[i + 1] = 'h' end
     mrun('HDEL', K_ENTRIES, ids)
     mrun('ZREM', K_DEADLINES, ids)
-    local granted_ids = {}
     if #cands > 0 then
       table.sort(cands, by_seq)
       local recs, members, hints, owners = {}, {}, {}, {}
@@ -2136,7 +2265,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         recs[2 * i - 1] = id
         recs[2 * i] = w[6] .. ',"s":"h","q":' .. w[3] .. ',"e":' .. w[4] .. ',"g":' .. nowS .. ',' .. x .. '}'
         if string.byte(tok) ~= 45 then rec_wrote(recs[2 * i], w[1], 'h', w[3], w[4], w[5], w[6]) end
-        members[i], granted_ids[i] = c[4], id
+        members[i], out[n + 1 + i] = c[4], id
         local o = w[1]
         if not hints[o] then
           hints[o] = {}
@@ -2163,7 +2292,8 @@ do -- (the lean steps' helpers: locals of this block alone)
       end
       mrun('HSET', K_LANES, lines)
     end
-    return {EPOCH, was, granted_ids}
+    return out
+  end
   end
   -- lean_read is, after lean_release returned nil, what it read of
   -- entries (the reply of HMGET entries \0 <ids>, or nil when it read
@@ -2175,3 +2305,4 @@ do -- (the lean steps' helpers: locals of this block alone)
     return read
   end
 end
+

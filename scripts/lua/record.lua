@@ -12,7 +12,7 @@
 --       most 1 MiB), [6] retention (ms, 1 to 2592000000: 30 days),
 --       [7...] 0 to MAX_STEP_REQUESTS entry ids to release.
 -- Reply: {epoch ("" when the namespace has no state), {state per id: "h",
---        "w", "g", "l" or "f"}, {ids granted}}, as release.lua.
+--        "w", "g", "l" or "f"}, {ids granted}}, sent flat as release.lua's.
 -- Errors: LANES_BADARG <field> <what>; LANES_VERSION <protocol> <other>.
 
 local err = begin(KEYS, ARGV, 8) -- the seven of lib.lua and the run's records
@@ -36,7 +36,7 @@ for i = 7, #ARGV do list[#list + 1] = ARGV[i] end
 err = open(false, {}, list) or full(false)
 if err then return err end
 if EPOCH then reap() end -- an entry past its deadline is gone, not released
-local touched, was, ids = {}, {}, {}
+local touched, was = {}, {}
 for _, id in ipairs(list) do
   was[#was + 1] = release_entry(id, by, 0, touched)
 end
@@ -44,6 +44,4 @@ if EPOCH then scan(touched) end
 redis.call('HSET', KEYS[8], call, value)
 redis.call('PEXPIRE', KEYS[8], retention)
 
-for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
-finish()
-return {EPOCH or '', was, ids}
+return finish(nil, was)

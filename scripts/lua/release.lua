@@ -14,7 +14,8 @@
 -- lifetime (it settles a step whose outcome it did not see) leaves a
 -- tombstone "s\0id" for each id, present or not, and enqueue.lua refuses
 -- those ids meanwhile: a late copy of the step cannot bring them back.
--- Reply: {epoch ("" when the namespace has no state), {state per id: "h",
+-- Reply (sent flat, lib.lua's finish: epoch, the states, the ids granted):
+--        {epoch ("" when the namespace has no state), {state per id: "h",
 --        "w", "g" (not there), "l" (ended revoked: its lender's hold ended
 --        before this release, so the lease was lost) or "f" (not there:
 --        released by force)}, {ids granted}}.
@@ -75,13 +76,12 @@ if lean then
     was[i] = 'h'
     remove(e, {})
   end
-  finish()
-  return {EPOCH, was, {}}
+  return finish(nil, was)
 end
 
 err = confirm(by ~= '' and tomb > 0, whole) -- a settle's tombstones need a state to live in
 if err then return err end
-local touched, was, ids = {}, {}, {}
+local touched, was = {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
 gather() -- the removals go in one command per key, before the scan
 for _, id in ipairs(list) do
@@ -90,6 +90,4 @@ for _, id in ipairs(list) do
 end
 if EPOCH then scan(touched) end
 
-for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
-finish()
-return {EPOCH or '', was, ids}
+return finish(nil, was)

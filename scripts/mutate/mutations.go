@@ -207,10 +207,13 @@ var mutations = []Mutation{
 		Name: "core/handoff-hint",
 		What: "a release grants but publishes no hint: waiters learn at their next poll (section 4, hand-off)",
 		Edits: []Edit{
-			{File: "scripts/lua/release.lua", Old: `for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
-finish()`, New: `for _, e in ipairs(granted) do ids[#ids + 1] = e.id end
+			{File: "scripts/lua/release.lua", Old: `
+return finish(nil, was)`, New: `
+local g = granted
 granted = {}
-finish()`},
+local r = finish(nil, was)
+for _, e in ipairs(g) do r[#r + 1] = e.id end
+return r`},
 			{File: "scripts/lua/lib.lua", Old: `        redis.call('PUBLISH', WAKE .. o, '[' .. table.concat(hints[o], ',') .. ']')`, New: `        local _ = o`},
 			{File: "lanes/memory.go", Old: `	for _, g := range st.granted {
 		rel.Granted = append(rel.Granted, g.ID)
@@ -382,6 +385,22 @@ finish()`},
 			{File: "scripts/lua/lib.lua", Old: `local CACHE_ITEM, CACHE_BYTES = 512, 262144`, New: `local CACHE_ITEM, CACHE_BYTES = 1e12, 1e15`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanCachesBoundedByBytes",
+	},
+	{
+		Name: "lean/one-fields-dropped",
+		What: "the lean enqueue of one request of one lane writes its entry without the request's fields: the holder loses its call id, tool and tenant",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local rec0 = LEAN_HEAD .. v[3] .. ',"k":['`, New: `local rec0 = LEAN_HEAD .. ',"k":['`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz|TestConformance",
+	},
+	{
+		Name: "lean/one-release-waiters-ignored",
+		What: "the lean release of one holder takes its key for idle without looking at its waiters: the slot it frees is granted to nobody until a waiter's heartbeat finds it (invariant 2's hand-off)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if st[2] > 0 then return lean_freed(`, New: `      if false then return lean_freed(`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz|TestConformance",
 	},
 	{
 		Name: "lean/general-cjson",
