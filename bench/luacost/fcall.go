@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+
+	"github.com/redis/go-redis/v9"
 	"strings"
 
 	"github.com/lanes-dev/lanes/scripts/lua"
@@ -327,4 +329,72 @@ func (s *server) countFcall(lib, proto string, sc fcallScenario, tag string) (fl
 		return 0, err
 	}
 	return float64(total) / float64(sc.ops), nil
+}
+
+// runCallFloors counts, as -fcall counts its scenarios (the whole server's
+// work per op, the command's parsing and reply included), an acquire and
+// release sent as two calls that do next to nothing, beside redislock's
+// two scripts: what a step costs before any work, and how much of the
+// issue 12 target (script time at most 2x redislock's) it leaves.
+func runCallFloors(s *server) error {
+	ctx := context.Background()
+	const lib = "#!lua name=luacostfloor\n" +
+		"redis.register_function('noop', function(KEYS, ARGV) return {ARGV[1]} end)\n"
+	if err := s.c.FunctionLoad(ctx, lib).Err(); err != nil {
+		return err
+	}
+	keys := stateKeys("floor")
+	obtain := redis.NewScript(`if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0`)
+	release := redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	for _, sc := range []*redis.Script{obtain, release} {
+		if err := sc.Load(ctx, s.c).Err(); err != nil {
+			return err
+		}
+	}
+	floors := []struct {
+		name, what string
+		op         func(i int) error
+	}{
+		{"a lock of SET NX PX, then GET and DEL", "two EVALSHAs of one key each: a script that runs SET NX PX, then one that runs GET and DEL (what redislock sends)",
+			func(i int) error {
+				v := fmt.Sprintf("token-%022d", i)
+				if err := obtain.EvalSha(ctx, s.c, []string{"floor:lock"}, v, 10000).Err(); err != nil {
+					return err
+				}
+				return release.EvalSha(ctx, s.c, []string{"floor:lock"}, v).Err()
+			}},
+		{"two FCALLs that run nothing, with lanes' KEYS and ARGV", "the seven KEYS and the ARGV of an acquire (seven) and of a release (five), to a function that returns its first argument",
+			func(i int) error {
+				id := fmt.Sprintf("e-%018d", i)
+				if err := s.c.FCall(ctx, "noop", keys, "3", "h:", "30000", "ff6cnq5przhafyxoxoba", "vm", "8141", `[{"id":"`+id+`","k":[["k",1]]}]`).Err(); err != nil {
+					return err
+				}
+				return s.c.FCall(ctx, "noop", keys, "3", "h:", "ff6cnq5przhafyxoxoba", "0", id).Err()
+			}},
+	}
+	fmt.Printf("\nmachine instructions per acquire+release, the whole server's (as -fcall counts)\n\n")
+	fmt.Println("| floor | instructions |")
+	fmt.Println("|---|---:|")
+	for _, f := range floors {
+		if err := s.control("-z"); err != nil {
+			return err
+		}
+		const n = 500
+		for i := range n {
+			if err := f.op(i); err != nil {
+				return fmt.Errorf("%s: %w", f.name, err)
+			}
+		}
+		total, err := s.dump("floor", f.name)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %s | %d |\n", f.name, total/n)
+	}
+	fmt.Println()
+	for _, f := range floors {
+		fmt.Printf("- %s: %s\n", f.name, f.what)
+	}
+	s.c.Del(ctx, "floor:lock")
+	return nil
 }

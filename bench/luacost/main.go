@@ -384,7 +384,7 @@ func runFloors(server string) error {
 	for _, sc := range floors {
 		fmt.Printf("- %s: %s\n", sc.name, sc.what)
 	}
-	return nil
+	return runCallFloors(srv)
 }
 
 // prelude is lib.lua and the three scripts as local functions ENQ, REL and
