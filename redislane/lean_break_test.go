@@ -13,26 +13,34 @@ import (
 // answer is what these tests want; each fails while the lean hand-off of
 // ba9c7be skips the markers of nested and meta.
 
-// leanHandoffAfterLoss: h holds K (limit 1), w (another owner) waits for
-// it; the state key lost is deleted; h's owner releases h. The general
+// leanHandoffAfterLoss: h holds K (limit 1; with limit 2, h and h2 hold
+// it), w (another owner) waits for it; the state key lost is deleted; h's
+// owner releases h. The general
 // path (release.lua with lean_release skipped) runs confirm, finds the
 // marker missing, resets: reply in a new epoch, h "g", nobody granted,
 // {"reset"} on the namespace's channel, grants frozen until w's deadline.
 // The lean hand-off answers h "h" in the old epoch, grants w (token and
-// hint), and leaves the state without the key's marker.
-func leanHandoffAfterLoss(t *testing.T, lost int) {
+// hint), and leaves the state without the key's marker. Limit 1 is the
+// lean release's own hand-off of a sole holder, limit 2 lean_freed's
+// (lib.lua).
+func leanHandoffAfterLoss(t *testing.T, lost, limit int) {
 	c := realClient(t)
 	ctx := context.Background()
 	b := newBackend(t, c)
 	o1 := lanes.Owner{ID: "o1", Host: "h", PID: 1}
 	o2 := lanes.Owner{ID: "o2", Host: "h", PID: 2}
 	warm(t, b, o1)
-	st, err := b.Enqueue(ctx, o1, time.Minute, []lanes.Request{{ID: "h", Lanes: lane("K")}})
-	if err != nil || st[0].State != lanes.Held {
+	k := []lanes.Lane{{Key: "K", Limit: limit}}
+	holders := []lanes.Request{{ID: "h", Lanes: k}}
+	if limit == 2 {
+		holders = append(holders, lanes.Request{ID: "h2", Lanes: k})
+	}
+	st, err := b.Enqueue(ctx, o1, time.Minute, holders)
+	if err != nil || st[0].State != lanes.Held || st[len(st)-1].State != lanes.Held {
 		t.Fatalf("Enqueue(h) = %+v, %v", st, err)
 	}
 	epoch := st[0].Epoch
-	if st, err = b.Enqueue(ctx, o2, time.Minute, []lanes.Request{{ID: "w", Lanes: lane("K")}}); err != nil || st[0].State != lanes.Waiting {
+	if st, err = b.Enqueue(ctx, o2, time.Minute, []lanes.Request{{ID: "w", Lanes: k}}); err != nil || st[0].State != lanes.Waiting {
 		t.Fatalf("Enqueue(w) = %+v, %v", st, err)
 	}
 	c.Del(ctx, b.Keys()[lost])
@@ -49,5 +57,11 @@ func leanHandoffAfterLoss(t *testing.T, lost int) {
 	}
 }
 
-func TestLeanHandoffAfterNestedLostResetsRealRedis(t *testing.T) { leanHandoffAfterLoss(t, 4) }
-func TestLeanHandoffAfterMetaLostResetsRealRedis(t *testing.T)   { leanHandoffAfterLoss(t, 5) }
+func TestLeanHandoffAfterNestedLostResetsRealRedis(t *testing.T) { leanHandoffAfterLoss(t, 4, 1) }
+func TestLeanHandoffAfterMetaLostResetsRealRedis(t *testing.T)   { leanHandoffAfterLoss(t, 5, 1) }
+func TestLeanHandoffAfterQueueLostResetsRealRedis(t *testing.T)  { leanHandoffAfterLoss(t, 2, 1) }
+
+func TestLeanHandoffAfterNestedLostOfLimit2ResetsRealRedis(t *testing.T) {
+	leanHandoffAfterLoss(t, 4, 2)
+}
+func TestLeanHandoffAfterMetaLostOfLimit2ResetsRealRedis(t *testing.T) { leanHandoffAfterLoss(t, 5, 2) }

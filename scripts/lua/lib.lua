@@ -1882,30 +1882,67 @@ do -- (the lean steps' helpers: locals of this block alone)
   end
 
   -- lean_one is lean_enqueue's step for one new request of one lane (v:
-  -- what lean_requests keeps of its bytes after the id, checked): granted
-  -- at once on an idle key with no table made but its reply's, else
-  -- decided as any lean enqueue from the same reads.
+  -- what lean_requests keeps of its bytes after the id, checked), decided
+  -- as lean_decide would with no table made but its reply's (on a busy
+  -- key, one list of the holders to look at): granted at once on an idle
+  -- key, or where the limit leaves room behind those that hold and wait,
+  -- else queued. On a busy key the record of its first holder comes with
+  -- the entry's own read (the key's record is read first).
   function lean_one(KEYS, ARGV, id, v)
     local nowS = lean_clock(KEYS, ARGV)
-    local ents = redis.call('HMGET', K_ENTRIES, '\0', id)
-    if not ents[1] or ents[2] then return nil end
     local lane = v[1][1]
     local key = lane[1]
     local st = lean_keys(nil, key)
-    if not st or FROZEN > NOW or LEAN_TTL > MAXTTL or not lean_whole(nowS) then return nil end
+    if not st or FROZEN > NOW or LEAN_TTL > MAXTTL then return nil end
+    local first = st[5] and string.match(st[3], '^ (%S+)')
+    local ents
+    if first then
+      ents = redis.call('HMGET', K_ENTRIES, '\0', id, first)
+    else
+      ents = redis.call('HMGET', K_ENTRIES, '\0', id)
+    end
+    if not ents[1] or ents[2] or not lean_whole(nowS) then return nil end
+    local seq
     if st[5] then
-      return lean_decide(ARGV[4], {{id, v[1], v[2], v[3]}}, {id}, {key}, {[key] = lane[2]}, false, {[key] = st}, nowS)
+      -- A key with holders or waiters keeps its limit, and the rate its
+      -- first holder carries must be none (lean_decide's checks).
+      if st[5] ~= lane[2] or st[4] == 0 then return nil end
+      local e = plain_rec(ents[3])
+      if not e then return nil end
+      local has = false
+      for _, kl in ipairs(e[5]) do
+        if kl[1] == key then has = true end
+      end
+      if not has then return nil end
+      seq = lean_confirm()
+      if not seq or seq + 1 > MAX_SEQ then return nil end
+      local stay = {}
+      lean_holders(stay, st)
+      if not lean_live(stay) then return nil end
     end
     if NOW < TOMBS and not untombed({id}) then return nil end
-    st[5], st[3], st[4] = lane[2], ' ' .. id, 1
-    local tok = lean_token(st)
     local rec0 = LEAN_HEAD .. v[3] .. ',"k":[' .. v[2] .. ']'
-    local rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{"' .. key .. '":"' .. tok .. '"}}'
-    if string.byte(tok) ~= 45 then rec_wrote(rec, ARGV[4], 'h', '0', nowS, v[1], rec0) end -- -
+    if st[4] + st[2] < lane[3] then
+      st[5], st[3], st[4] = lane[2], st[3] .. ' ' .. id, st[4] + 1
+      local tok = lean_token(st)
+      local rec = rec0 .. ',"s":"h","q":0,"e":' .. nowS .. ',"g":' .. nowS .. ',"x":{"' .. key .. '":"' .. tok .. '"}}'
+      if string.byte(tok) ~= 45 then rec_wrote(rec, ARGV[4], 'h', '0', nowS, v[1], rec0) end -- -
+      redis.call('HSET', K_ENTRIES, id, rec)
+      redis.call('ZADD', K_DEADLINES, lean_deadline(LEAN_TTL), id)
+      redis.call('HSET', K_LANES, key, lean_line(st))
+      return {EPOCH, 0, id, 'h', 0, 0, 2, key, tok}
+    end
+    seq = seq + 1
+    st[2] = st[2] + 1
+    local qs = tostring(seq) -- as cjson writes it (a seq from a meta edited by hand may be no whole number)
+    local rec = rec0 .. ',"s":"w","q":' .. qs .. ',"e":' .. nowS .. '}'
+    if seq >= 0 and seq % 1 == 0 then rec_wrote(rec, ARGV[4], 'w', qs, nowS, v[1], rec0) end
     redis.call('HSET', K_ENTRIES, id, rec)
     redis.call('ZADD', K_DEADLINES, lean_deadline(LEAN_TTL), id)
+    redis.call('ZADD', K_QUEUE, '0', qmember(key, seq, id))
     redis.call('HSET', K_LANES, key, lean_line(st))
-    return {EPOCH, 0, id, 'h', 0, 0, 2, key, tok}
+    redis.call('HSET', K_META, 'seq', dec(seq))
+    return {EPOCH, 0, id, 'w', seq, 0, 2, key, st[2]}
   end
 
   -- lean_decide is the rest of a lean enqueue, from its reads: ks, the
@@ -2126,12 +2163,41 @@ do -- (the lean steps' helpers: locals of this block alone)
       local key = kl[1]
       local st = lean_keys(nil, key)
       if not st or not lean_whole(nowS) then return nil end
-      if st[2] > 0 then return lean_freed(by, {id}, {[id] = true}, nowS, ents, {e}, {key}, {[key] = st}) end
+      if st[2] > 0 and (kl[3] ~= 1 or st[4] ~= 1) then
+        return lean_freed(by, {id}, {[id] = true}, nowS, ents, {e}, {key}, {[key] = st})
+      end
       if not st[5] or kl[3] ~= int(st[5]) or not lean_drop(st, id) then return nil end
+      if st[2] == 0 then
+        redis.call('HDEL', K_ENTRIES, id)
+        redis.call('ZREM', K_DEADLINES, id)
+        redis.call('HSET', K_LANES, key, lean_line(st))
+        return {EPOCH, 'h'}
+      end
+      -- The sole holder of a key of limit 1 that others wait for: its slot
+      -- passes to the head of the queue, as lean_freed passes it (the
+      -- markers first; the head alive, a plain waiter of this key alone,
+      -- of the sequence number its queue member names).
+      if FROZEN > NOW or not lean_confirm() then return nil end
+      local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', '3')[1]
+      if not m then return nil end
+      local seq, wid = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
+      if not seq or not id_ok(wid) or string.find(wid, '["\\]') or wid == id then return nil end
+      local d = redis.call('ZSCORE', K_DEADLINES, wid)
+      if not d or tonumber(d) <= NOW then return nil end
+      local w = plain_rec(redis.call('HGET', K_ENTRIES, wid))
+      if not w or w[2] ~= 'w' or #w[5] ~= 1 or w[5][1][1] ~= key or w[5][1][3] ~= 1 or tonumber(w[3]) ~= tonumber(seq) then return nil end
       redis.call('HDEL', K_ENTRIES, id)
       redis.call('ZREM', K_DEADLINES, id)
+      st[2], st[3], st[4] = st[2] - 1, ' ' .. wid, 1
+      local tok = lean_token(st)
+      local x = '"x":{"' .. key .. '":"' .. tok .. '"}'
+      local rec = w[6] .. ',"s":"h","q":' .. w[3] .. ',"e":' .. w[4] .. ',"g":' .. nowS .. ',' .. x .. '}'
+      if string.byte(tok) ~= 45 then rec_wrote(rec, w[1], 'h', w[3], w[4], w[5], w[6]) end -- -
+      redis.call('ZREM', K_QUEUE, m)
+      redis.call('HSET', K_ENTRIES, wid, rec)
       redis.call('HSET', K_LANES, key, lean_line(st))
-      return {EPOCH, 'h'}
+      redis.call('PUBLISH', WAKE .. w[1], '[{"id":"' .. wid .. '","q":' .. w[3] .. ',' .. x .. ',"g":' .. nowS .. '}]')
+      return {EPOCH, 'h', wid}
     end
     local ids = {}
     for i = 5, #ARGV do ids[i - 4] = ARGV[i] end

@@ -350,7 +350,9 @@ return r`},
 		Name: "lean/handoff-unconfirmed",
 		What: "a lean hand-off reads no marker of queue, nested and meta (as in ba9c7be): a waiter is granted from a state that lost nested or meta, where the general path resets (invariant 13)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      if FROZEN > NOW or not lean_confirm() then return nil end`, New: `      if FROZEN > NOW then return nil end`},
+			{File: "scripts/lua/lib.lua", Old: `      if FROZEN > NOW or not lean_confirm() then return nil end
+      table.sort(keys)`, New: `      if FROZEN > NOW then return nil end
+      table.sort(keys)`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanHandoffAfter",
 	},
@@ -398,7 +400,44 @@ return r`},
 		Name: "lean/one-release-waiters-ignored",
 		What: "the lean release of one holder takes its key for idle without looking at its waiters: the slot it frees is granted to nobody until a waiter's heartbeat finds it (invariant 2's hand-off)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      if st[2] > 0 then return lean_freed(`, New: `      if false then return lean_freed(`},
+			{File: "scripts/lua/lib.lua", Old: `      if st[2] > 0 and (kl[3] ~= 1 or st[4] ~= 1) then`, New: `      if false then`},
+			{File: "scripts/lua/lib.lua", Old: `      if st[2] == 0 then
+        redis.call('HDEL', K_ENTRIES, id)`, New: `      if true then
+        redis.call('HDEL', K_ENTRIES, id)`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz|TestConformance",
+	},
+	{
+		Name: "lean/one-busy-holders-unchecked",
+		What: "the lean enqueue of one request on a busy key counts a holder that lost its deadline: the general path purges it and grants the request, the lean one queues it behind nobody alive",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if not lean_live(stay) then return nil end`, New: `      if false then return nil end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz",
+	},
+	{
+		Name: "lean/one-handoff-unconfirmed",
+		What: "the lean release of the sole holder of a key of limit 1 hands its slot off without reading the markers of queue, nested and meta: a waiter is granted from a state that lost one, where the general path resets (invariant 13)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if FROZEN > NOW or not lean_confirm() then return nil end
+      local m = redis.call`, New: `      if FROZEN > NOW then return nil end
+      local m = redis.call`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios|TestLeanHandoffAfter",
+	},
+	{
+		Name: "lean/one-handoff-dead-head",
+		What: "the lean release of the sole holder of a key of limit 1 grants the head of the queue without looking at its deadline: a waiter whose deadline is gone (a state damaged or edited) is granted the key, where the general path drops it and grants the next",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if not d or tonumber(d) <= NOW then return nil end`, New: `      if false then return nil end`},
+		},
+		Pkgs: []string{"./redislane", "./integration"}, Run: "TestLean",
+	},
+	{
+		Name: "lean/one-handoff-other-keys",
+		What: "the lean release of the sole holder of a key of limit 1 grants the head of its queue though it waits for other keys too: it holds one of them (invariant 3, all keys at once)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `if not w or w[2] ~= 'w' or #w[5] ~= 1 or w[5][1][1] ~= key or w[5][1][3] ~= 1`, New: `if not w or w[2] ~= 'w' or w[5][1][3] ~= 1`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz|TestConformance",
 	},
