@@ -921,6 +921,18 @@ func TestLeanFuzzScenariosRealRedis(t *testing.T) {
 			{desc: "host of h h NUL", raw: func(ns string) { editRecord(c, ns, "h", `"h":"h"`, "\"h\":\"h\x00\"") }},
 			rel("o2", "h"),
 		},
+		// bytes between the end of the lanes and the first '],"s":"' (the
+		// lean parse splits a record there): cjson reads no record
+		"bytes after a releasing holder's lanes": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "h's lanes end, then x]", raw: func(ns string) { editRecord(c, ns, "h", `]],"s":"`, `]]x],"s":"`) }},
+			rel("o2", "h"),
+		},
+		"bytes after a leaving waiter's lanes": {
+			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 2, same, 1)),
+			{desc: "w0's lanes end, then x]", raw: func(ns string) { editRecord(c, ns, "w0", `]],"s":"`, `]]x],"s":"`) }},
+			rel("o1", "w0"), rel("o1", "w1"),
+		},
 		"a leaving waiter naming its key twice": {
 			enq("o2", "60000", `[{"id":"h","k":[["S",1]]}]`), enq("o1", "60000", reqs("w", 3, same, 1)),
 			{desc: "w0 names S twice", raw: func(ns string) {

@@ -1603,11 +1603,13 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- {owner, state, seq string, enqueued string, lanes {{key, limit string,
   -- limit}, …}, the record up to the end of its lanes}, or nil for a record
   -- of any other form (written by cjson, or not plain).
-  local RP_HEAD = '^{"o":"([^"\\]*)","h":"[^"\\]*","p":(%d+)()'
-  local RP_LANE = '^%["([^"\\]+)",(%d+)%]()'
-  local RP_STATE = '^,"s":"([wh])","q":(%d+),"e":(%d+)()'
-  local RP_TOKEN = '^"([^"\\]+)":"(%d+)"()'
-  local parse_rec
+  -- A record's head, up to the end of its lanes (the first '],"s":"': no
+  -- string of a plain record holds a quote), is parsed once for all the
+  -- records that share it (HEADS: {owner, lanes}, or false for a head
+  -- that does not parse): the waiters of one owner on one key differ in
+  -- their sequence numbers and times alone, and a release of a thousand
+  -- of them parses one head.
+  local parse_rec, HEADS = nil, cache()
   local function plain_rec(raw)
     if not raw then return nil end
     return RECS.t[raw] or parse_rec(raw)
@@ -1616,21 +1618,36 @@ do -- (the lean steps' helpers: locals of this block alone)
     -- a NUL, written by hand: cjson reads no record there (load), and
     -- the general path takes the entry for absent
     if string.find(raw, '\0', 1, true) then return nil end
-    local o, pid, p = string.match(raw, RP_HEAD)
-    if not o or not canon(pid) then return nil end
-    for i = 1, 3 do p = string.match(raw, LP_FIELDS[i], p) or p end
-    if string.sub(raw, p, p + 5) ~= ',"k":[' then return nil end
-    p = p + 6
-    local lanes, c = {}, nil
-    repeat
-      local key, lim, q = string.match(raw, RP_LANE, p)
-      if not key or not canon(lim) then return nil end
-      lanes[#lanes + 1] = {key, lim, int(lim)}
-      c, p = string.byte(raw, q), q + 1
-    until c ~= 44
-    if c ~= 93 then return nil end
-    local head = string.sub(raw, 1, p - 1)
-    local s, seq, enq, q = string.match(raw, RP_STATE, p)
+    local q = string.find(raw, '],"s":"', 1, true)
+    if not q then return nil end
+    local head = string.sub(raw, 1, q)
+    local h = HEADS.t[head]
+    if h == nil then
+      h = false
+      local o, pid, p = string.match(head, '^{"o":"([^"\\]*)","h":"[^"\\]*","p":(%d+)()')
+      if o and canon(pid) then
+        for i = 1, 3 do p = string.match(head, LP_FIELDS[i], p) or p end
+        if string.sub(head, p, p + 5) == ',"k":[' then
+          p = p + 6
+          local lanes, c = {}, nil
+          repeat
+            local key, lim, nq = string.match(head, '^%["([^"\\]+)",(%d+)%]()', p)
+            if not key or not canon(lim) then
+              lanes = nil
+              break
+            end
+            lanes[#lanes + 1] = {key, lim, int(lim)}
+            c, p = string.byte(head, nq), nq + 1
+          until c ~= 44
+          if lanes and c == 93 and p == q + 1 then h = {o, lanes} end
+        end
+      end
+      put(HEADS, head, h)
+    end
+    if not h then return nil end
+    local lanes = h[2]
+    local s, seq, enq
+    s, seq, enq, q = string.match(raw, '^,"s":"([wh])","q":(%d+),"e":(%d+)()', q + 1)
     if not s or not (canon(seq) and canon(enq)) then return nil end
     if s == 'w' then
       if q ~= #raw then return nil end -- the last }
@@ -1639,15 +1656,16 @@ do -- (the lean steps' helpers: locals of this block alone)
       g, q = string.match(raw, '^,"g":(%d+),"x":{()', q)
       if not g or not canon(g) then return nil end
       for i = 1, #lanes do
-        local key, tok, nq = string.match(raw, RP_TOKEN, q)
+        local key, tok, nq = string.match(raw, '^"([^"\\]+)":"(%d+)"()', q)
         if key ~= lanes[i][1] or not canon(tok) then return nil end
-        c, q = string.byte(raw, nq), nq + 1
+        local c = string.byte(raw, nq)
+        q = nq + 1
         if c ~= (i < #lanes and 44 or 125) then return nil end
       end
       if q ~= #raw then return nil end
     end
     if string.byte(raw, #raw) ~= 125 then return nil end
-    return {o, s, seq, enq, lanes, head}
+    return {h[1], s, seq, enq, lanes, head}
   end
 
   -- rec_wrote records what plain_rec makes of the record a lean step
