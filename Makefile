@@ -51,7 +51,7 @@ demo-lock: build
 # redsync, redislock and an in-process semaphore. Unpinned, every
 # measurement repeated 5 times (-reps) with the contenders in a new random
 # order each time; every cell and ratio printed as median [min–max], then
-# issue 12's targets, met or not; about 6 minutes. By default on a private
+# issue 12's targets, met or not; about 7 minutes. By default on a private
 # redis-server it starts and stops (-spawn: INFO's server-wide counters
 # then count only this program); BENCHFLAGS= (empty) uses LANES_REDIS_URL,
 # REDIS_URL or 127.0.0.1:6379 instead. Other flags go in BENCHFLAGS (go

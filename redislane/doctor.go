@@ -20,7 +20,7 @@ type Report struct {
 	Namespace string
 	Epoch     string   // "" when the namespace has no state
 	Missing   []string // state keys missing (or without their marker) while others exist: the next step resets the namespace
-	Legacy    []string // keys of protocol 1 (lanes before protocol 2), which protocol 2 does not read
+	Legacy    []string // keys of protocol 1 (lanes before protocol 2), which later protocols do not read; where they are the namespace's only keys, its entries, queue and deadlines too
 	Problems  []string // one line each: an entry or member and what is wrong
 	Repairs   []string // what Doctor changed (with repair set)
 	Reaped    int      // expired entries removed (with repair set)
@@ -53,6 +53,7 @@ var legacyKeys = []string{"holds", "limits", "tokens", "seq", "stats"}
 func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 	r := &Report{Namespace: b.ns}
 	base := b.keys[0][:strings.LastIndex(b.keys[0], ":")+1]
+	protocol1 := false // the namespace holds protocol 1's keys alone
 	n, err := b.c.Exists(ctx, b.keys[:6]...).Result()
 	if err != nil {
 		return nil, b.mapErr(err)
@@ -80,10 +81,18 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 			}
 		}
 		if len(r.Missing) == 6 {
-			// No marker at all and no meta: protocol 1's keys (Legacy).
+			// No marker at all and no meta: protocol 1's keys (Legacy),
+			// among them its entries, queue and deadlines, which the
+			// scripts refuse (LANES_VERSION data:1) and doctor.lua too.
 			if m, err := b.c.Exists(ctx, b.keys[5]).Result(); err != nil {
 				return nil, b.mapErr(err)
 			} else if m == 0 {
+				protocol1 = true
+				for _, k := range r.Missing {
+					if e, _ := b.c.Exists(ctx, k).Result(); e == 1 {
+						r.Legacy = append(r.Legacy, k)
+					}
+				}
 				r.Missing = nil
 			}
 		}
@@ -103,7 +112,9 @@ func (b *Backend) Doctor(ctx context.Context, repair bool) (*Report, error) {
 		// changes nothing: the next step (or a repair) resets it.
 		walks = nil
 	}
-	if repair {
+	if protocol1 {
+		walks = nil // nothing of a later protocol to walk; its keys are Legacy
+	} else if repair {
 		walks = append([]string{"reap"}, walks...)
 		if len(r.Missing) > 0 {
 			r.Repairs = append(r.Repairs, "reset the namespace: some of its keys were missing (every entry ended)")

@@ -2,6 +2,7 @@ package redislane_test
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -97,6 +98,74 @@ func TestDoctor(t *testing.T) {
 		doctor(t, b, true)
 		if r := doctor(t, b, false); !r.OK() {
 			t.Fatalf("after the repair: %+v; want nothing wrong", r)
+		}
+	})
+}
+
+// A namespace that holds protocol 1's keys alone (no marker, no meta):
+// the scripts refuse it (LANES_VERSION data:1, whose message sends the
+// operator to doctor --repair), and Doctor reports its keys as Legacy
+// instead of failing on them; its repair deletes them, its entries,
+// queue and deadlines among them, once no entry of protocol 1 is alive,
+// and the namespace then works. A README trial found Doctor failing with
+// the scripts' LANES_VERSION before it looked at protocol 1's keys, so
+// that only deleting deadlines by hand let the repair through.
+func TestDoctorProtocol1Alone(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		k := b.Keys()
+		base := strings.TrimSuffix(k[0], "entries")
+		t.Cleanup(func() {
+			c.Del(context.Background(), base+"holds", base+"limits", base+"tokens", base+"seq")
+		})
+		now, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// protocol 1's layout: entries, queue, holds, limits, deadlines,
+		// tokens, seq; one entry E holding K, alive for a minute
+		c.HSet(ctx, k[0], "E", `{"o":"old","s":"h","k":[["K",1]]}`)
+		c.ZAdd(ctx, base+"holds", redis.Z{Member: "K\x00E"})
+		c.HSet(ctx, base+"limits", "K", "1")
+		c.ZAdd(ctx, k[3], redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "E"})
+		c.HSet(ctx, base+"tokens", "K", "7")
+		c.Set(ctx, base+"seq", "3", 0)
+		o := lanes.Owner{ID: "p1-owner", Host: "h", PID: 1}
+		if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "N", Lanes: lane("K")}}); !errors.Is(err, redislane.ErrProtocol) {
+			t.Fatalf("Enqueue on protocol 1's keys = %v; want ErrProtocol", err)
+		}
+		r := doctor(t, b, false)
+		for _, want := range []string{k[0], k[3], base + "holds", base + "tokens", base + "seq"} {
+			if !slices.Contains(r.Legacy, want) {
+				t.Errorf("Doctor() Legacy = %q; want %s among them", r.Legacy, want)
+			}
+		}
+		if r.OK() || len(r.Missing) != 0 {
+			t.Errorf("Doctor() = %+v; want protocol 1's keys reported, nothing missing", r)
+		}
+		// E alive: the repair deletes nothing
+		r = doctor(t, b, true)
+		if !mentions(r.Problems, "entries of protocol 1 are still alive") || len(r.Repairs) != 0 {
+			t.Fatalf("Doctor(repair) with E alive = %+v; want the problem and no repair", r)
+		}
+		if n, _ := c.Exists(ctx, k[0], k[3], base+"tokens").Result(); n != 3 {
+			t.Fatalf("after Doctor(repair) with E alive, %d of entries, deadlines, tokens exist; want 3", n)
+		}
+		// E expired: the repair deletes every key of protocol 1
+		c.ZAdd(ctx, k[3], redis.Z{Score: float64(now.Add(-time.Minute).UnixMilli()), Member: "E"})
+		r = doctor(t, b, true)
+		if !mentions(r.Repairs, "deleted protocol 1's keys") {
+			t.Fatalf("Doctor(repair) with E expired = %+v; want protocol 1's keys deleted", r)
+		}
+		if n, _ := c.Exists(ctx, k[0], k[2], k[3], base+"holds", base+"limits", base+"tokens", base+"seq").Result(); n != 0 {
+			t.Errorf("after the repair %d keys of protocol 1 remain; want none", n)
+		}
+		if st, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "N", Lanes: lane("K")}}); err != nil || st[0].State != lanes.Held {
+			t.Fatalf("Enqueue after the repair = %+v, %v; want N held", st, err)
+		}
+		if r := doctor(t, b, false); !r.OK() {
+			t.Errorf("Doctor() after the repair and an enqueue = %+v; want nothing wrong", r)
 		}
 	})
 }

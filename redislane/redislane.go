@@ -50,8 +50,11 @@ const DefaultPrefix = "lanes"
 // records: runners of protocols 2 and 3 share a namespace.
 const Protocol = "3"
 
-// ErrProtocol reports a script or a namespace of another protocol version
-// than Protocol: a fleet that runs two versions of lanes on one namespace.
+// ErrProtocol reports scripts that speak another protocol than Protocol, or
+// a namespace whose state this version does not read: protocol 1's keys
+// (lanectl doctor --repair deletes them once no older client holds an
+// entry), or a keyspace of a later version of lanes. Runners of protocols
+// 2 and 3 share one keyspace, and a namespace.
 var ErrProtocol = errors.New("redislane: protocol version mismatch")
 
 // ErrEvictable reports a Redis server whose maxmemory-policy may evict the
@@ -820,7 +823,7 @@ func (b *Backend) mapErr(err error) error {
 			field, what, _ := strings.Cut(rest, " ")
 			return &lanes.InvalidError{Field: field, Detail: what}
 		case "LANES_VERSION":
-			return fmt.Errorf("%w: namespace %s: this client speaks protocol %s, the server's scripts or state another (%s)", ErrProtocol, b.ns, Protocol, rest)
+			return fmt.Errorf("%w: namespace %s: %s", ErrProtocol, b.ns, versionWords(rest))
 		case "LANES_EXHAUSTED":
 			return fmt.Errorf("%w: namespace %s: %s (they start again from 1 once no entry waits)", lanes.ErrUnavailable, b.ns, rest)
 		}
@@ -828,4 +831,21 @@ func (b *Backend) mapErr(err error) error {
 	// Connection errors, timeouts and server errors (READONLY, NOPERM, OOM...)
 	// alike: the step's outcome is unknown to the caller.
 	return fmt.Errorf("%w: redis namespace %s: %w", lanes.ErrUnavailable, b.ns, err)
+}
+
+// versionWords says in words what LANES_VERSION's fields say (rest: the
+// scripts' protocol, then the caller's or "data:<v>" and a hint;
+// docs/PROTOCOL.md, Errors).
+func versionWords(rest string) string {
+	scripts, other, _ := strings.Cut(rest, " ")
+	data, ok := strings.CutPrefix(other, "data:")
+	switch {
+	case !ok:
+		return fmt.Sprintf("the server ran scripts of protocol %s for this client of protocol %s (%s)", scripts, Protocol, other)
+	case strings.HasPrefix(data, "1"):
+		return "it holds protocol 1's keys, which this lanes does not read: run lanectl doctor --repair once no older lanectl or runner holds an entry in it"
+	default:
+		v, _, _ := strings.Cut(data, " ")
+		return fmt.Sprintf("its state has keyspace version %s, which this lanes (protocol %s, keyspace 2) does not read: a later version of lanes made it, or it was edited", v, Protocol)
+	}
 }

@@ -173,10 +173,21 @@ func TestProtocolReviewCases(t *testing.T) {
 			c.HSet(ctx, keys(b)[0], "old", `{"o":"x"}`) // protocol 1's entries hash: no marker
 			c.ZAdd(ctx, keys(b)[2], redis.Z{Member: "K\x000000000000000001\x00old"})
 			_, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}})
-			if !errors.Is(err, redislane.ErrProtocol) || !strings.Contains(err.Error(), "data:1") {
-				t.Fatalf("Enqueue on protocol 1's keys = %v; want ErrProtocol naming data:1", err)
+			if !errors.Is(err, redislane.ErrProtocol) || !strings.Contains(err.Error(), "protocol 1's keys") || !strings.Contains(err.Error(), "lanectl doctor --repair") {
+				t.Fatalf("Enqueue on protocol 1's keys = %v; want ErrProtocol naming protocol 1's keys and the repair", err)
 			}
+			// a keyspace of a later version: said so
 			c.Del(ctx, keys(b)[0], keys(b)[2])
+			if _, err := b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := c.HGet(ctx, keys(b)[1], "\x00").Result()
+			c.HSet(ctx, keys(b)[1], "\x00", "9"+m[1:])
+			_, err = b.Enqueue(ctx, o, time.Minute, []lanes.Request{{ID: "B", Lanes: lane("K")}})
+			if !errors.Is(err, redislane.ErrProtocol) || !strings.Contains(err.Error(), "keyspace version 9") {
+				t.Fatalf("Enqueue on a state of keyspace 9 = %v; want ErrProtocol naming keyspace version 9", err)
+			}
+			c.Del(ctx, keys(b)...)
 		})
 		t.Run("EnqueueDoesNotRenewAnExpiredEntry", func(t *testing.T) {
 			b := newBackend(t, c)
