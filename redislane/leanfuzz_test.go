@@ -72,11 +72,11 @@ func fuzzLibs(t *testing.T, c *redis.Client) (lean, gen string) {
 		t.Fatal(err)
 	}
 	code = rename(code, "gen_"+name)
-	const plain = "local raw = plain_json(e) or cjson.encode(e)"
+	const plain = "local raw = plain_json(e) or json(e)"
 	if strings.Count(code, plain) != 1 {
 		t.Fatalf("no %q", plain)
 	}
-	code = strings.Replace(code, plain, "local raw = cjson.encode(e)", 1)
+	code = strings.Replace(code, plain, "local raw = json(e)", 1)
 	for old, skip := range map[string]string{
 		"local lean = lean_enqueue(KEYS, ARGV)": "local lean = nil",
 		"local lean = lean_release(KEYS, ARGV)": "local lean = nil",

@@ -30,7 +30,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	}
 	epoch, ok1 := f[0].(string)
 	more, ok2 := f[1].(int64)
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 || (more != 0 && more != 1) {
 		return nil, malformed("status", v)
 	}
 	out := make([]lanes.Status, n)
@@ -44,17 +44,27 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		seq, ok3 := f[at+2].(int64)
 		wait, ok4 := f[at+3].(int64)
 		m, ok5 := f[at+4].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || m < 0 || int64(len(f)-at-5) < m {
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || seq < 0 || wait < 0 || m < 0 || int64(len(f)-at-5) < m {
 			return nil, malformed("status", v)
 		}
 		detail := f[at+5 : at+5+int(m)]
 		at += 5 + int(m)
 		refused := state == "e" || state == "x" || state == "t" || state == "b"
-		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) ||
+		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) || (state == "g" && len(detail) != 0) ||
 			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
-		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1, Seq: uint64(max(seq, 0))}
+		// every key, token, message and cycle is a string; a position an
+		// integer
+		for j, d := range detail {
+			if _, ok := d.(string); !ok && !(state == "w" && j%2 == 1) {
+				return nil, malformed("status", v)
+			}
+			if p, ok := d.(int64); state == "w" && j%2 == 1 && (!ok || p < 1) {
+				return nil, malformed("status", v)
+			}
+		}
+		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1, Seq: uint64(seq)}
 		if wait > 0 { // rate lanes: ms until a rate could have room
 			st.RateWait = time.Duration(wait) * time.Millisecond
 		}
@@ -160,7 +170,7 @@ func parseReleased(v any, n int) (lanes.Released, error) {
 	}
 	for _, g := range f[1+n:] {
 		id, ok := g.(string)
-		if !ok {
+		if !ok || id == "" {
 			return lanes.Released{}, malformed("release", v)
 		}
 		r.Granted = append(r.Granted, id)

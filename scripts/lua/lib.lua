@@ -17,9 +17,10 @@
 --               (never lost with the record), how many entries wait for the
 --               key, and its holders in grant order. The marker "\0" holds
 --               "<keyspace> <epoch> <frozen ms> <maxttl ms> <tombs ms>":
---               keyspace is KEYSPACE, the epoch changes when the state is reset or first made, no
---               grant happens before frozen, maxttl is the longest TTL
---               given, and no tombstone lives past tombs.
+--               keyspace is KEYSPACE, the epoch changes when the state
+--               is reset or first made, no grant happens before frozen,
+--               maxttl is the longest TTL given, and no tombstone lives
+--               past tombs.
 --   3 queue     sorted set, scores 0: every lane's FIFO queue at once;
 --               member = key .. "\0" .. seq (16 zero-padded digits) .. "\0" .. id
 --   4 deadlines sorted set: every entry id scored by its deadline (ms,
@@ -259,7 +260,7 @@ local PLAIN_FIELDS = {o = true, h = true, p = true, c = true, t = true, n = true
                       k = true, s = true, q = true, e = true, g = true, x = true}
 local PLAIN_OPTIONAL = {'c', 't', 'n'}
 local function plain_str(v) return type(v) == 'string' and not string.find(v, '[%c"\\]') end
-local function plain_num(v) return type(v) == 'number' and v >= 0 and 1 / v > 0 and v < 9007199254740992 and v % 1 == 0 end -- 1 / v: not -0, which cjson writes "-0"
+local function plain_num(v) return type(v) == 'number' and v >= 0 and 1 / v > 0 and v < 1e14 and v % 1 == 0 end -- 1 / v: not -0, which cjson writes "-0"; below 1e14: cjson writes 14 digits
 -- size is the number of fields of the table t, or nil when t is no table.
 local function size(t)
   if type(t) ~= 'table' then return nil end
@@ -312,10 +313,31 @@ local function plain_json(e)
   return table.concat(out)
 end
 
+-- json is cjson's form of the record e. A number cjson cannot write (an
+-- infinity, read from 1e400 or 400 digits written by hand; nan) is
+-- written 0, in e too: a step that failed at a store would leave the
+-- writes it made before it, which Redis does not undo (a break-it review
+-- stranded a waiter so).
+local function json(e)
+  local ok, raw = pcall(cjson.encode, e)
+  if ok then return raw end
+  local function fix(t, depth)
+    for k, v in pairs(t) do
+      if type(v) == 'number' and (v ~= v or v == math.huge or v == -math.huge) then
+        t[k] = 0
+      elseif type(v) == 'table' and depth < 8 then
+        fix(v, depth + 1)
+      end
+    end
+  end
+  fix(e, 0)
+  return cjson.encode(e)
+end
+
 local function store(e)
   local id = e.id
   e.id = nil
-  local raw = plain_json(e) or cjson.encode(e)
+  local raw = plain_json(e) or json(e)
   e.id = id
   if PUT then
     PUT.e[#PUT.e + 1] = id
@@ -1244,11 +1266,36 @@ local function scan(touched)
         for _, m in ipairs(members) do
           from = '(' .. m
           local seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
-          if alive(id) then
+          if (not seq or #seq ~= 16) and DEAD > 0 then
+            -- A member in another form than qmember writes (edited by
+            -- hand: no sequence number, or one of another width, which
+            -- sorts out of its place; counted ahead of its own entry, a
+            -- break-it review found it wedged the key): it becomes its
+            -- entry's own when it names a waiter of this key with that
+            -- number (read further on when it sorts after this one, else
+            -- at the next scan), and is a leftover otherwise.
+            DEAD = DEAD - 1
+            redis.call('ZREM', K_QUEUE, m)
+            local e, own = seq and load(id), false
+            if e and e.s == 'w' and e.q == tonumber(seq) then
+              for _, kl in ipairs(e.k) do
+                if kl[1] == key and not borrowed(e, key) then own = true end
+              end
+            end
+            if own then
+              redis.call('ZADD', K_QUEUE, '0', qmember(key, e.q, id))
+            else
+              r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
+              kput(key)
+            end
+          elseif not seq or #seq ~= 16 then
+            MORE, stop = true, true
+            break
+          elseif alive(id) then
             looked, budget, room = looked + 1, budget - 1, room - 1
             if not seen[id] then
               seen[id] = true
-              cands[#cands + 1] = {tonumber(seq), id}
+              cands[#cands + 1] = {tonumber(seq), id, key, m}
             end
             if room == 0 or looked >= SCAN_MAX or budget == 0 then break end
           elseif DEAD > 0 then
@@ -1282,7 +1329,18 @@ local function scan(touched)
   table.sort(cands, by_seq)
   for _, c in ipairs(cands) do
     local e = load(c[2])
-    if e and e.s == 'w' and eligible(e) then grant(e, true, nil, true) end
+    if e and e.s == 'w' and eligible(e) then
+      grant(e, true, nil, true)
+    elseif not e then
+      -- A member whose entry has no record, or one that does not decode
+      -- (edited by hand), though its deadline lives: a leftover, which
+      -- counted ahead of every waiter behind it until the deadline passed
+      -- (a break-it review found a key stalled so).
+      redis.call('ZREM', K_QUEUE, c[4])
+      local r = kget(c[3])
+      r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(c[3]), hi(c[3]))
+      kput(c[3])
+    end
   end
   if next(RSPENT) then
     -- rate lanes: a grant on a rate key made the next of its queue the head
@@ -1526,7 +1584,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- read: the general path decides).
   local LP_REQ = '^{"id":"([^"\\]+)","k":%[()'
   local LP_LANE = '^%["([^"\\]+)",([1-9]%d*)%]()'
-  local LP_FIELDS = {'^,"c":"[^"\\]*"()', '^,"t":"[^"\\]*"()', '^,"n":"[^"\\]*"()'}
+  local LP_FIELDS = {'^,"c":"[^%c"\\]*"()', '^,"t":"[^%c"\\]*"()', '^,"n":"[^%c"\\]*"()'}
   local parse_requests
   -- lean_requests keeps in TAILS what parse_requests made of a step of one
   -- request, by the bytes after its id (',"k":[…]…}]', which alone decide
@@ -1624,15 +1682,18 @@ do -- (the lean steps' helpers: locals of this block alone)
     local h = HEADS.t[head]
     if h == nil then
       h = false
-      local o, pid, p = string.match(head, '^{"o":"([^"\\]*)","h":"[^"\\]*","p":(%d+)()')
-      if o and canon(pid) then
+      -- (strings without a control byte and numbers of at most 14
+      -- digits, as plain_json writes them and cjson writes a number
+      -- exactly: the general path writes any other in cjson's form)
+      local o, pid, p = string.match(head, '^{"o":"([^%c"\\]*)","h":"[^%c"\\]*","p":(%d+)()')
+      if o and canon(pid) and #pid <= 14 then
         for i = 1, 3 do p = string.match(head, LP_FIELDS[i], p) or p end
         if string.sub(head, p, p + 5) == ',"k":[' then
           p = p + 6
           local lanes, c = {}, nil
           repeat
-            local key, lim, nq = string.match(head, '^%["([^"\\]+)",(%d+)%]()', p)
-            if not key or not canon(lim) then
+            local key, lim, nq = string.match(head, '^%["([^%c"\\]+)",(%d+)%]()', p)
+            if not key or not canon(lim) or #lim > 14 then
               lanes = nil
               break
             end
@@ -1648,15 +1709,15 @@ do -- (the lean steps' helpers: locals of this block alone)
     local lanes = h[2]
     local s, seq, enq
     s, seq, enq, q = string.match(raw, '^,"s":"([wh])","q":(%d+),"e":(%d+)()', q + 1)
-    if not s or not (canon(seq) and canon(enq)) then return nil end
+    if not s or not (canon(seq) and canon(enq)) or #seq > 14 or #enq > 14 then return nil end
     if s == 'w' then
       if q ~= #raw then return nil end -- the last }
     else
       local g
       g, q = string.match(raw, '^,"g":(%d+),"x":{()', q)
-      if not g or not canon(g) then return nil end
+      if not g or not canon(g) or #g > 14 then return nil end
       for i = 1, #lanes do
-        local key, tok, nq = string.match(raw, '^"([^"\\]+)":"(%d+)"()', q)
+        local key, tok, nq = string.match(raw, '^"([^%c"\\]+)":"(%d+)"()', q)
         if key ~= lanes[i][1] or not canon(tok) then return nil end
         local c = string.byte(raw, nq)
         q = nq + 1
@@ -2199,7 +2260,7 @@ do -- (the lean steps' helpers: locals of this block alone)
       local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', '3')[1]
       if not m then return nil end
       local seq, wid = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$')
-      if not seq or not id_ok(wid) or string.find(wid, '["\\]') or wid == id then return nil end
+      if not seq or #seq ~= 16 or not id_ok(wid) or string.find(wid, '["\\]') or wid == id then return nil end
       local d = redis.call('ZSCORE', K_DEADLINES, wid)
       if not d or tonumber(d) <= NOW then return nil end
       local w = plain_rec(redis.call('HGET', K_ENTRIES, wid))
@@ -2306,8 +2367,10 @@ do -- (the lean steps' helpers: locals of this block alone)
             if #ms < math.min(room, st[2]) or math.min(room, #ms) > st[2] then return nil end
             for j = 1, math.min(room, #ms) do
               local seq, id = string.match(string.sub(ms[j], #key + 2), '^(%d+)%z(.+)$')
-              -- not an id, or one JSON escapes (edited by hand)
-              if not seq or not id_ok(id) or string.find(id, '["\\]') then return nil end
+              -- not an id, or one JSON escapes, or a member of another
+              -- form than qmember writes (edited by hand: the general
+              -- path's scan mends it)
+              if not seq or #seq ~= 16 or not id_ok(id) or string.find(id, '["\\]') then return nil end
               cands[#cands + 1] = {tonumber(seq), id, key, ms[j]}
               live[#live + 1] = id
             end

@@ -450,10 +450,64 @@ return r`},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzzScenarios|TestLeanDamage",
 	},
 	{
+		Name: "core/member-width-unmended",
+		What: "the general scan takes a queue member of another width than qmember's (edited by hand) as it stands: counted ahead of its own entry, it leaves the key with no holder and its waiter never granted (invariant 13: no key wedged by leftovers)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `          if (not seq or #seq ~= 16) and DEAD > 0 then`, New: `          if not seq and DEAD > 0 then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanReviewScenarios|TestGeneralPathOnEditedWaiter",
+	},
+	{
+		Name: "core/unreadable-waiter-kept",
+		What: "the general scan keeps the queue member of a waiter whose record is gone or does not decode while its deadline lives: every waiter behind it waits out that deadline",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    elseif not e then
+      -- A member whose entry has no record`, New: `    elseif false then
+      -- A member whose entry has no record`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestGeneralPathOnEditedWaiter",
+	},
+	{
+		Name: "core/infinite-number-stored",
+		What: "a record holding a number cjson cannot write back (1e400, by hand) is stored as cjson writes it: the step fails there, after writes Redis does not undo, and strands a waiter",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `  local ok, raw = pcall(cjson.encode, e)
+  if ok then return raw end`, New: `  local raw = cjson.encode(e)
+  if raw then return raw end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanReviewScenarios|TestGeneralPathOnEditedWaiter",
+	},
+	{
+		Name: "lean/member-width-taken",
+		What: "the lean hand-off takes a queue member of another width than qmember's (edited by hand), where the general path mends it first",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if not seq or #seq ~= 16 or not id_ok(wid)`, New: `      if not seq or not id_ok(wid)`},
+			{File: "scripts/lua/lib.lua", Old: `              if not seq or #seq ~= 16 or not id_ok(id)`, New: `              if not seq or not id_ok(id)`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanReviewScenarios",
+	},
+	{
+		Name: "lean/long-numbers-copied",
+		What: "the lean parse of a record takes numbers of more than 14 digits (edited by hand), whose bytes it copies where the general path writes cjson's 14 digits",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if o and canon(pid) and #pid <= 14 then`, New: `      if o and canon(pid) then`},
+			{File: "scripts/lua/lib.lua", Old: `or #seq > 14 or #enq > 14 then return nil end`, New: `then return nil end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanReviewScenarios",
+	},
+	{
+		Name: "lean/control-bytes-copied",
+		What: "the lean parse of a record takes strings with a control byte (edited by hand), whose bytes it copies where the general path writes cjson's escapes",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `local o, pid, p = string.match(head, '^{"o":"([^%c"\\]*)","h":"[^%c"\\]*","p":(%d+)()')`, New: `local o, pid, p = string.match(head, '^{"o":"([^"\\]*)","h":"[^"\\]*","p":(%d+)()')`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestLeanReviewScenarios",
+	},
+	{
 		Name: "lean/general-cjson",
 		What: "the general path writes every entry record with cjson, in an order the lean steps do not read: on a key that stays busy after a general step, no hand-off or enqueue behind a holder is lean again until the key goes idle",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `local raw = plain_json(e) or cjson.encode(e)`, New: `local raw = cjson.encode(e)`},
+			{File: "scripts/lua/lib.lua", Old: `local raw = plain_json(e) or json(e)`, New: `local raw = json(e)`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanStepsOnBusyKey",
 	},
