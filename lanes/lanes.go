@@ -131,6 +131,8 @@ type Request struct {
 
 	// Lineage is the chain of entry ids that started this call, outermost
 	// first: a tool that runs a sub-agent passes its own entry id down.
+	// A Session takes it from here only, not from the context
+	// (WithLineage is read by sched); nil for a call no other started.
 	Lineage []string
 
 	// CallID, Tool and Tenant describe the call for people reading
