@@ -1673,9 +1673,6 @@ do -- (the lean steps' helpers: locals of this block alone)
     return RECS.t[raw] or parse_rec(raw)
   end
   function parse_rec(raw)
-    -- a NUL, written by hand: cjson reads no record there (load), and
-    -- the general path takes the entry for absent
-    if string.find(raw, '\0', 1, true) then return nil end
     local q = string.find(raw, '],"s":"', 1, true)
     if not q then return nil end
     local head = string.sub(raw, 1, q)
@@ -1684,7 +1681,10 @@ do -- (the lean steps' helpers: locals of this block alone)
       h = false
       -- (strings without a control byte and numbers of at most 14
       -- digits, as plain_json writes them and cjson writes a number
-      -- exactly: the general path writes any other in cjson's form)
+      -- exactly: the general path writes any other in cjson's form. The
+      -- patterns cover every byte of the record, so one with a NUL,
+      -- written by hand, parses to nothing, as cjson reads no record
+      -- there and the general path takes the entry for absent)
       local o, pid, p = string.match(head, '^{"o":"([^%c"\\]*)","h":"[^%c"\\]*","p":(%d+)()')
       if o and canon(pid) and #pid <= 14 then
         for i = 1, 3 do p = string.match(head, LP_FIELDS[i], p) or p end
