@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,6 +99,12 @@ func (o *releaseOptions) run(cmd *cobra.Command) error {
 // returns what each was, with its keys as known tells them, the entries
 // granted next, and the ids that were not found. `lanectl ui
 // --allow-release` releases through it too.
+//
+// A holder that leases borrowed from live on ends but keeps its slot until
+// they end (DESIGN.md invariant 10): a second look after the release tells
+// such entries (Kept, with their borrowers), and a kept lender that left
+// in the same step as its last borrower is reported released, not gone.
+// If that look fails, the release is reported as the step answered it.
 func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[string]entryInfo) (releaseView, []string, error) {
 	rel, err := b.Release(ctx, "", ids)
 	if err != nil {
@@ -106,20 +113,58 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 	if len(rel.Was) != len(ids) {
 		return releaseView{}, nil, fmt.Errorf("backend answered %d states for %d entries", len(rel.Was), len(ids))
 	}
+	var after map[string]entryInfo
+	if snap, err := b.Inspect(ctx, nil); err == nil {
+		after = entryInfos(snap)
+	}
 	v := releaseView{Released: []releasedEntry{}, Granted: []string{}}
 	var missing []string
 	for i, id := range ids {
 		r := releasedEntry{Entry: id, Was: rel.Was[i].String(), Keys: []string{}}
-		if rel.Was[i] == lanes.Gone {
+		e, wasKnown := known[id]
+		_, stays := after[id]
+		switch {
+		case rel.Was[i] == lanes.Gone && wasKnown && e.held && after != nil && !stays && leftWith(id, ids[:i], known):
+			r.Was = lanes.Held.String()
+			fallthrough
+		case rel.Was[i] != lanes.Gone:
+			r.Keys = append(r.Keys, e.keys...)
+			r.Ended = e.ended && r.Was == lanes.Held.String()
+			r.Revoked = r.Ended && len(e.lineage) > 0 && len(borrowersOf(id, known)) == 0
+			if r.Was == lanes.Held.String() && stays {
+				r.Kept, r.Borrowers = true, borrowersOf(id, after)
+			}
+		default:
 			missing = append(missing, id)
-		} else {
-			r.Keys = append(r.Keys, known[id].keys...)
-			r.Ended = known[id].ended && rel.Was[i] == lanes.Held
 		}
 		v.Released = append(v.Released, r)
 	}
 	v.Granted = append(v.Granted, rel.Granted...)
 	return v, missing, nil
+}
+
+// leftWith reports whether one of released, released before id in the same
+// step, borrowed from id: a kept lender leaves with its last borrower.
+func leftWith(id string, released []string, known map[string]entryInfo) bool {
+	for _, r := range released {
+		if slices.Contains(known[r].lineage, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// borrowersOf returns, sorted, the entries of infos whose lineage names id:
+// the leases borrowed from it, and from those.
+func borrowersOf(id string, infos map[string]entryInfo) []string {
+	var out []string
+	for other, e := range infos {
+		if other != id && slices.Contains(e.lineage, id) {
+			out = append(out, other)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // releaseView is what `release` reports; its JSON form is the contract of
@@ -137,6 +182,14 @@ type releasedEntry struct {
 	// the leases borrowed from it (told to stop, maybe still finishing);
 	// its release let the next waiters in without waiting for them.
 	Ended bool `json:"ended"`
+	// Revoked: of those, a nested lease revoked when the lease it borrowed
+	// a key from ended (it lent to nobody).
+	Revoked bool `json:"revoked"`
+	// Kept: the release ended the entry's lease but not its hold: leases
+	// borrowed from it (Borrowers) live on, and it keeps its slot until
+	// they end; their owners were told to stop (DESIGN.md invariant 10).
+	Kept      bool     `json:"kept"`
+	Borrowers []string `json:"borrowers,omitempty"`
 }
 
 // entryInfo is what a snapshot tells of an entry: the keys it asked for,
@@ -145,8 +198,11 @@ type entryInfo struct {
 	keys  []string
 	held  bool
 	ended bool // a holder kept after its lease ended (lanes.Holder.Ended)
-	host  string
-	pid   int
+	// lineage is the entry's request's lineage: the entries it borrows
+	// from, outermost first.
+	lineage []string
+	host    string
+	pid     int
 }
 
 // entryInfos returns what snap tells of each of its entries.
@@ -163,7 +219,7 @@ func entryInfos(snap *lanes.Snapshot) map[string]entryInfo {
 		if len(keys) == 0 {
 			keys = append(keys, key)
 		}
-		out[e.ID] = entryInfo{keys: keys, held: held, ended: ended, host: e.Owner.Host, pid: e.Owner.PID}
+		out[e.ID] = entryInfo{keys: keys, held: held, ended: ended, lineage: e.Lineage, host: e.Owner.Host, pid: e.Owner.PID}
 	}
 	for _, k := range snap.Keys {
 		for _, h := range k.Holders {

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// populateNested enqueues, for owners without a Session (processes gone,
+// as a nested lanectl lock whose process was killed):
+//
+//	k5 (limit 1): holder outer; waiter wk5
+//	k6 (limit 1): holder inner, a lease borrowed from outer (lineage
+//	              [outer], on k5 and k6); waiter wk6
+func populateNested(t *testing.T, s *server) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	k5, k6 := lanes.Lane{Key: "k5", Limit: 1}, lanes.Lane{Key: "k6", Limit: 1}
+	steps := []struct {
+		owner string
+		req   lanes.Request
+		want  lanes.State
+	}{
+		{"o-outer", lanes.Request{ID: "outer", Lanes: []lanes.Lane{k5}}, lanes.Held},
+		{"o-inner", lanes.Request{ID: "inner", Lineage: []string{"outer"}, Lanes: []lanes.Lane{k5, k6}}, lanes.Held},
+		{"o-wait", lanes.Request{ID: "wk5", Lanes: []lanes.Lane{k5}}, lanes.Waiting},
+		{"o-wait", lanes.Request{ID: "wk6", Lanes: []lanes.Lane{k6}}, lanes.Waiting},
+	}
+	for _, st := range steps {
+		sts, err := s.b.Enqueue(ctx, lanes.Owner{ID: st.owner, Host: "test-host", PID: 4242}, time.Minute, []lanes.Request{st.req})
+		if err != nil || len(sts) != 1 || sts[0].State != st.want {
+			t.Fatalf("Enqueue(%s) = %+v, %v; want %s", st.req.ID, sts, err, st.want)
+		}
+	}
+}
+
+// TestReleaseOfLenderSaysItKeepsItsSlot: a forced release of a holder that
+// a live lease borrowed from ends it but keeps its slot (DESIGN.md
+// invariant 10): release says so and names the borrower, where it said
+// "released" while the waiter behind went on waiting (a break-it review);
+// then releasing the borrower and the lender together releases both, where
+// the lender, gone with its borrower in the same step, was reported "no
+// entry" with exit 4 and the revoked borrower as a lender. miniredis and
+// the real Redis server.
+func TestReleaseOfLenderSaysItKeepsItsSlot(t *testing.T) {
+	for _, s := range []*server{newMiniredis(t), newRealRedis(t)} {
+		t.Run(s.name, func(t *testing.T) {
+			populateNested(t, s)
+			code, out, stderr := runInProcess(t, s.args("release", "--force", "--json", "outer")...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("release --force outer = %d, stderr %q; want 0 and nothing", code, stderr)
+			}
+			var got struct {
+				Released []struct {
+					Entry     string   `json:"entry"`
+					Was       string   `json:"was"`
+					Kept      bool     `json:"kept"`
+					Borrowers []string `json:"borrowers"`
+				} `json:"released"`
+				Granted []string `json:"granted"`
+			}
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("release --json printed %q: %v", out, err)
+			}
+			if len(got.Released) != 1 || got.Released[0].Was != "held" || !got.Released[0].Kept || !slices.Equal(got.Released[0].Borrowers, []string{"inner"}) || len(got.Granted) != 0 {
+				t.Errorf("release --force outer = %s; want outer held, kept for [inner], nobody granted", out)
+			}
+			snap := s.inspect(t)
+			if len(snap.Keys) == 0 || snap.Keys[0].Key != "k5" || len(snap.Keys[0].Holders) != 1 || snap.Keys[0].Holders[0].ID != "outer" || !snap.Keys[0].Holders[0].Ended {
+				t.Fatalf("after it, Inspect() = %+v; want k5 still held by outer, ended", snap.Keys)
+			}
+
+			code, out, stderr = runInProcess(t, s.args("release", "--force", "inner", "outer")...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("release --force inner outer = %d, stdout %q, stderr %q; want 0 and nothing on stderr", code, out, stderr)
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			want := []string{
+				"released inner (holder of k5, k6 whose lease was revoked when the lease it borrowed from ended; it was told to stop and may still be finishing)",
+				"released outer (holder of k5 whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)",
+			}
+			if len(lines) != 3 || !slices.Equal(lines[:2], want) {
+				t.Fatalf("release --force inner outer printed:\n%s\nwant:\n%s\ngranted next: wk5, wk6 (in some order)", out, strings.Join(want, "\n"))
+			}
+			granted := strings.Split(strings.TrimPrefix(lines[2], "granted next: "), ", ")
+			slices.Sort(granted)
+			if !strings.HasPrefix(lines[2], "granted next: ") || !slices.Equal(granted, []string{"wk5", "wk6"}) {
+				t.Errorf("last line = %q; want granted next: wk5 and wk6", lines[2])
+			}
+		})
+	}
+}
