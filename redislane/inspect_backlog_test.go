@@ -1,0 +1,83 @@
+package redislane_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// TestInspectShowsNoExpiredBacklog: 300 holders whose leases ran out
+// together (their process killed), a live waiter behind the last: each
+// inspect page reaps at most 100 expired entries, and the first Inspect
+// showed the dead holder holding and the waiter waiting, as lanectl status
+// and keys did (a break-it review of the operator views). Inspect reads
+// again while an entry past its deadline shows. miniredis and the real
+// Redis server.
+func TestInspectShowsNoExpiredBacklog(t *testing.T) {
+	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := context.Background()
+		b := newBackend(t, c)
+		dead := lanes.Owner{ID: "backlog-dead", Host: "h", PID: 1}
+		const n, ttl = 300, 500 * time.Millisecond
+		for from := 1; from <= n; from += 100 {
+			var reqs []lanes.Request
+			for i := from; i < from+100; i++ {
+				reqs = append(reqs, lanes.Request{ID: fmt.Sprintf("z%d", i), Lanes: lane(fmt.Sprintf("zk%d", i))})
+			}
+			if _, err := b.Enqueue(ctx, dead, ttl, reqs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := fmt.Sprintf("zk%d", n)
+		live := lanes.Owner{ID: "backlog-live", Host: "h", PID: 2}
+		st, err := b.Enqueue(ctx, live, time.Minute, []lanes.Request{{ID: "zw", Lanes: lane(last)}})
+		if err != nil || st[0].State != lanes.Waiting {
+			t.Fatalf("Enqueue(zw) = %+v, %v; want waiting", st, err)
+		}
+		// Wait for the server's clock (the scripts' TIME) to pass every
+		// holder's deadline.
+		snap, err := b.Inspect(ctx, []string{last})
+		if err != nil || len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 {
+			t.Fatalf("Inspect(%s) = %+v, %v; want one holder", last, snap, err)
+		}
+		due := snap.Keys[0].Holders[0].Expires
+		for {
+			now, err := c.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if now.After(due.Add(time.Millisecond)) {
+				break
+			}
+			time.Sleep(due.Sub(now) + time.Millisecond)
+		}
+
+		snap, err = b.Inspect(ctx, []string{last})
+		if err != nil || len(snap.Keys) != 1 {
+			t.Fatalf("Inspect(%s) after the deadlines = %+v, %v", last, snap, err)
+		}
+		k := snap.Keys[0]
+		if len(k.Holders) != 1 || k.Holders[0].ID != "zw" || len(k.Waiters) != 0 {
+			var hs []string
+			for _, h := range k.Holders {
+				hs = append(hs, h.ID)
+			}
+			t.Errorf("Inspect(%s) after the deadlines: holders %q, %d waiting; want zw holding, granted past the dead holder", last, hs, len(k.Waiters))
+		}
+		if snap, err = b.Inspect(ctx, nil); err != nil || len(snap.Keys) != 1 {
+			n := 0
+			if snap != nil {
+				n = len(snap.Keys)
+			}
+			t.Errorf("Inspect(all) = %d keys, %v; want %s alone", n, err, last)
+		}
+		if _, err := b.Release(ctx, "", []string{"zw"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
