@@ -62,7 +62,14 @@ func (p tablePrinter) Status(v statusView) error {
 		_, err := fmt.Fprintln(p.w, line)
 		return err
 	}
-	return writeStatusTable(p.w, v)
+	if err := writeStatusTable(p.w, v); err != nil {
+		return err
+	}
+	if v.idleLine != "" {
+		_, err := fmt.Fprintln(p.w, v.idleLine)
+		return err
+	}
+	return nil
 }
 
 // statusColumns says which of the optional columns a status table shows:

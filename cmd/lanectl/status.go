@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +40,8 @@ mistyped) is said so, with up to five namespaces that have lanes there, the
 closest to the one named first (found by a bounded SCAN; --json:
 "no_lanes" and "other_namespaces"). Keys named that nobody holds or waits
 for, in a namespace where other keys are busy, are said so with up to five
-of those, the closest to a key named first (--json: "other_keys").`,
+of those, the closest to a key named first (--json: "other_keys"); keys
+named that are idle beside busy ones are named on the table's last line.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, k := range args {
 				if err := lanes.ValidateKey(k); err != nil {
@@ -85,7 +87,26 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 			}
 		}
 	}
+	if len(v.Keys) > 0 {
+		v.idleLine = idleLine(o.keys, v.Keys)
+	}
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(v)
+}
+
+// idleLine says which of the keys named have no holders or waiters, when
+// others do ("" when none is idle): the table of the busy ones would
+// leave them out without a word.
+func idleLine(named []string, busy []statusKey) string {
+	var idle []string
+	for _, k := range named {
+		if !slices.ContainsFunc(busy, func(b statusKey) bool { return b.Key == k }) && !slices.Contains(idle, k) {
+			idle = append(idle, k)
+		}
+	}
+	if len(idle) == 0 {
+		return ""
+	}
+	return "no holders or waiters for " + strings.Join(idle, ", ")
 }
 
 // statusView is what `status` reports; its JSON form is the contract of
@@ -109,6 +130,7 @@ type statusView struct {
 	// (at most maxKeyHints, the closest to a named one first) have.
 	OtherKeys   []string `json:"other_keys,omitempty"`
 	noLanesLine string   // what the table says of it
+	idleLine    string   // the table's last line: keys named that are idle (idleLine)
 }
 
 // maxKeyHints is how many busy keys status names when the keys it was

@@ -312,3 +312,37 @@ func TestStatusIdleKeyNamesBusyKeys(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusNamesIdleKeysBesideBusyOnes: `status k3 nosuch` printed k3's
+// table and nothing of nosuch (a break-it review): the table's last line
+// names the keys given that nobody holds or waits for. miniredis.
+func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	code, out, stderr := runInProcess(t, s.args("status", "k3", "nosuch", "k1", "other", "nosuch")...)
+	if code != 0 || stderr != "" {
+		t.Fatalf("status = %d, stderr %q; want 0 and nothing", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if last := lines[len(lines)-1]; last != "no holders or waiters for nosuch, other" {
+		t.Errorf("status k3 nosuch k1 other nosuch ended %q; want the idle keys named once each:\n%s", last, out)
+	}
+	if !strings.Contains(out, "w3") || !strings.Contains(out, "h1") {
+		t.Errorf("status printed:\n%s\nwant k1's and k3's entries", out)
+	}
+	_, out, _ = runInProcess(t, s.args("status", "k3", "k1")...)
+	if strings.Contains(out, "no holders or waiters") {
+		t.Errorf("status of busy keys alone printed:\n%s\nwant no idle line", out)
+	}
+}
+
+// TestWatchCountsEntriesOnce: watch's header counts entries, not rows: w3
+// waits on k1 and k3 and is one waiter (a break-it review: it said 4).
+// miniredis.
+func TestWatchCountsEntriesOnce(t *testing.T) {
+	s := newMiniredis(t)
+	populate(t, s)
+	if got, want := counts(newStatusView(s.inspect(t))), "3 keys, 2 holders, 3 waiters"; got != want {
+		t.Errorf("counts = %q; want %q", got, want)
+	}
+}

@@ -243,17 +243,22 @@ func (p *plainWatch) show(f watchFrame) error {
 
 func (p *plainWatch) close() error { return nil }
 
-// counts says how many keys, holders and waiters v has.
+// counts says how many keys v has, and how many entries hold or wait: an
+// entry on several keys counts once.
 func counts(v statusView) string {
-	var holders, waiters int
+	holders, waiters := map[string]bool{}, map[string]bool{}
 	for _, k := range v.Keys {
-		holders += len(k.Holders)
-		waiters += len(k.Waiters)
+		for _, h := range k.Holders {
+			holders[h.Entry] = true
+		}
+		for _, w := range k.Waiters {
+			waiters[w.Entry] = true
+		}
 	}
 	if len(v.Keys) == 0 {
 		return "no holders or waiters"
 	}
-	return fmt.Sprintf("%s, %s, %s", plural(len(v.Keys), "key"), plural(holders, "holder"), plural(waiters, "waiter"))
+	return fmt.Sprintf("%s, %s, %s", plural(len(v.Keys), "key"), plural(len(holders), "holder"), plural(len(waiters), "waiter"))
 }
 
 func plural(n int, what string) string {
