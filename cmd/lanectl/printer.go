@@ -229,6 +229,9 @@ func (p tablePrinter) Release(v releaseView) error {
 		default:
 			// Not found: said once, on stderr, with the exit status.
 		}
+		if err == nil && len(r.With) > 0 {
+			_, err = fmt.Fprintf(p.w, "released with %s: %s (leases borrowed from it)\n", r.Entry, strings.Join(r.With, ", "))
+		}
 		if err != nil {
 			return err
 		}

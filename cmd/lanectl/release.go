@@ -134,6 +134,13 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 			if r.Was == lanes.Held.String() && stays {
 				r.Kept, r.Borrowers = true, borrowersOf(id, after)
 			}
+			if after != nil && !stays {
+				for _, w := range borrowersOf(id, known) {
+					if _, left := after[w]; !left && !slices.Contains(ids, w) {
+						r.With = append(r.With, w)
+					}
+				}
+			}
 		default:
 			missing = append(missing, id)
 		}
@@ -190,6 +197,10 @@ type releasedEntry struct {
 	// they end; their owners were told to stop (DESIGN.md invariant 10).
 	Kept      bool     `json:"kept"`
 	Borrowers []string `json:"borrowers,omitempty"`
+	// With: entries not named that left with this one, leases borrowed
+	// from it (revoked: their owners were told), whose own keys passed on
+	// too.
+	With []string `json:"released_with,omitempty"`
 }
 
 // entryInfo is what a snapshot tells of an entry: the keys it asked for,

@@ -96,3 +96,34 @@ func TestReleaseOfLenderSaysItKeepsItsSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseOfKeptLenderNamesItsBorrowers: the forced release of a lender
+// kept for a revoked borrower removes the borrower with it, whose own keys
+// pass on: release names it (a break-it review: it granted a waiter of a
+// key the named entry never held, without a word). miniredis and the real
+// Redis server.
+func TestReleaseOfKeptLenderNamesItsBorrowers(t *testing.T) {
+	for _, s := range []*server{newMiniredis(t), newRealRedis(t)} {
+		t.Run(s.name, func(t *testing.T) {
+			populateNested(t, s)
+			if code, out, stderr := runInProcess(t, s.args("release", "--force", "outer")...); code != 0 || !strings.HasPrefix(out, "ended outer") {
+				t.Fatalf("release --force outer = %d, %q, %q; want outer ended and kept", code, out, stderr)
+			}
+			code, out, stderr := runInProcess(t, s.args("release", "--force", "outer")...)
+			if code != 0 || stderr != "" {
+				t.Fatalf("second release --force outer = %d, stderr %q; want 0 and nothing", code, stderr)
+			}
+			if _, stays := entryInfos(s.inspect(t))["inner"]; stays {
+				t.Fatalf("after the second release, inner is still there")
+			}
+			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+			want := []string{
+				"released outer (holder of k5 whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)",
+				"released with outer: inner (leases borrowed from it)",
+			}
+			if len(lines) != 3 || !slices.Equal(lines[:2], want) || !strings.HasPrefix(lines[2], "granted next: ") || !strings.Contains(lines[2], "wk6") {
+				t.Errorf("second release --force outer printed:\n%s\nwant:\n%s\ngranted next: wk5 and wk6", out, strings.Join(want, "\n"))
+			}
+		})
+	}
+}
