@@ -229,8 +229,11 @@ func (p tablePrinter) Release(v releaseView) error {
 		default:
 			// Not found: said once, on stderr, with the exit status.
 		}
-		if err == nil && len(r.With) > 0 {
-			_, err = fmt.Fprintf(p.w, "released with %s: %s (leases borrowed from it)\n", r.Entry, strings.Join(r.With, ", "))
+		if err == nil && len(r.withNested) > 0 {
+			_, err = fmt.Fprintf(p.w, "released with %s: %s (nested under it)\n", r.Entry, strings.Join(r.withNested, ", "))
+		}
+		if err == nil && len(r.withLenders) > 0 {
+			_, err = fmt.Fprintf(p.w, "released with %s: %s (the entry it was nested under, kept for it)\n", r.Entry, strings.Join(r.withLenders, ", "))
 		}
 		if err != nil {
 			return err

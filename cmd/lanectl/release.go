@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,47 +119,61 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 		after = entryInfos(snap)
 	}
 	v := releaseView{Released: []releasedEntry{}, Granted: []string{}}
+	// left: an entry the first look found and the second did not.
+	left := func(id string) bool {
+		_, was := known[id]
+		_, stays := after[id]
+		return after != nil && was && !stays
+	}
 	var missing []string
 	for i, id := range ids {
 		r := releasedEntry{Entry: id, Was: rel.Was[i].String(), Keys: []string{}}
-		e, wasKnown := known[id]
-		_, stays := after[id]
-		switch {
-		case rel.Was[i] == lanes.Gone && wasKnown && e.held && after != nil && !stays && leftWith(id, ids[:i], known):
-			r.Was = lanes.Held.String()
-			fallthrough
-		case rel.Was[i] != lanes.Gone:
-			r.Keys = append(r.Keys, e.keys...)
-			r.Ended = e.ended && r.Was == lanes.Held.String()
-			r.Revoked = r.Ended && len(e.lineage) > 0 && len(borrowersOf(id, known)) == 0
-			if r.Was == lanes.Held.String() && stays {
-				r.Kept, r.Borrowers = true, borrowersOf(id, after)
-			}
-			if after != nil && !stays {
-				for _, w := range borrowersOf(id, known) {
-					if _, left := after[w]; !left && !slices.Contains(ids, w) {
-						r.With = append(r.With, w)
-					}
-				}
-			}
-		default:
+		e := known[id]
+		if rel.Was[i] == lanes.Gone && e.held && left(id) && slices.ContainsFunc(ids, func(n string) bool { return n != id && nested(id, n, known) }) {
+			r.Was = lanes.Held.String() // it left with an entry of its lineage named before it
+		}
+		if r.Was == lanes.Gone.String() {
 			missing = append(missing, id)
+			v.Released = append(v.Released, r)
+			continue
+		}
+		r.Keys = append(r.Keys, e.keys...)
+		r.Ended = e.ended && r.Was == lanes.Held.String()
+		r.Revoked = r.Ended && len(e.lineage) > 0 && len(borrowersOf(id, known)) == 0
+		if _, stays := after[id]; stays && r.Was == lanes.Held.String() {
+			r.Kept, r.Borrowers = true, borrowersOf(id, after)
 		}
 		v.Released = append(v.Released, r)
+	}
+	// The entries not named that left with named ones, each said once,
+	// beside the first named entry of its lineage: those nested under it,
+	// and the one it was nested under, kept for it until this step.
+	for _, u := range slices.Sorted(maps.Keys(known)) {
+		if slices.Contains(ids, u) || !left(u) {
+			continue
+		}
+		for i, id := range ids {
+			r := &v.Released[i]
+			if r.Was == lanes.Gone.String() || !nested(u, id, known) {
+				continue
+			}
+			if slices.Contains(known[u].lineage, id) {
+				r.withNested = append(r.withNested, u)
+			} else {
+				r.withLenders = append(r.withLenders, u)
+			}
+			r.With = append(r.With, u)
+			break
+		}
 	}
 	v.Granted = append(v.Granted, rel.Granted...)
 	return v, missing, nil
 }
 
-// leftWith reports whether one of released, released before id in the same
-// step, borrowed from id: a kept lender leaves with its last borrower.
-func leftWith(id string, released []string, known map[string]entryInfo) bool {
-	for _, r := range released {
-		if slices.Contains(known[r].lineage, id) {
-			return true
-		}
-	}
-	return false
+// nested reports whether a and b are of one lineage: one was nested under
+// the other (its request's lineage names it).
+func nested(a, b string, known map[string]entryInfo) bool {
+	return slices.Contains(known[a].lineage, b) || slices.Contains(known[b].lineage, a)
 }
 
 // borrowersOf returns, sorted, the entries of infos whose lineage names id:
@@ -197,10 +212,12 @@ type releasedEntry struct {
 	// they end; their owners were told to stop (DESIGN.md invariant 10).
 	Kept      bool     `json:"kept"`
 	Borrowers []string `json:"borrowers,omitempty"`
-	// With: entries not named that left with this one, leases borrowed
-	// from it (revoked: their owners were told), whose own keys passed on
-	// too.
-	With []string `json:"released_with,omitempty"`
+	// With: entries not named that left with this one, whose keys passed
+	// on too: those nested under it (revoked: their owners were told),
+	// and the one it was nested under, kept for it until now.
+	With        []string `json:"released_with,omitempty"`
+	withNested  []string // of With, those nested under it
+	withLenders []string // of With, the one it was nested under
 }
 
 // entryInfo is what a snapshot tells of an entry: the keys it asked for,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -119,11 +120,80 @@ func TestReleaseOfKeptLenderNamesItsBorrowers(t *testing.T) {
 			lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 			want := []string{
 				"released outer (holder of k5 whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)",
-				"released with outer: inner (leases borrowed from it)",
+				"released with outer: inner (nested under it)",
 			}
 			if len(lines) != 3 || !slices.Equal(lines[:2], want) || !strings.HasPrefix(lines[2], "granted next: ") || !strings.Contains(lines[2], "wk6") {
 				t.Errorf("second release --force outer printed:\n%s\nwant:\n%s\ngranted next: wk5 and wk6", out, strings.Join(want, "\n"))
 			}
 		})
+	}
+}
+
+// TestReleaseOfLineageInAnyOrder: once a lender is kept for its revoked
+// borrowers, any release of them reports every entry that left and exits
+// 0, whatever the order named: a lender named before its borrower took
+// the borrower with it, and the borrower was reported "no entry" with exit
+// 1; a borrower's release took its kept lender along without a word; a
+// leaf was said twice, with each of two lenders named (a review of
+// 0ee21ea and 9cbc0b7). Chain: outer on k5; inner nested under it, on k5
+// and k6; leaf nested under both, on k5, k6 and k7 (populateNested's
+// entries and one more, owners without a Session). miniredis and the
+// real Redis server.
+func TestReleaseOfLineageInAnyOrder(t *testing.T) {
+	const (
+		outerLine = "released outer (holder of k5 whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)"
+		innerKept = "released inner (holder of k5, k6 whose lease had ended, kept for leases borrowed from it; they were told to stop and may still be finishing)"
+		leafLine  = "released leaf (holder of k5, k6, k7 whose lease was revoked when the lease it borrowed from ended; it was told to stop and may still be finishing)"
+	)
+	innerRevoked := "released inner (holder of k5, k6 whose lease was revoked when the lease it borrowed from ended; it was told to stop and may still be finishing)"
+	cases := []struct {
+		name    string
+		first   []string // released before, if any
+		ids     []string
+		want    []string // the lines before "granted next"
+		granted []string // sorted
+		left    int      // entries left after
+	}{
+		{"lender first", nil, []string{"outer", "leaf"}, []string{outerLine, "released with outer: inner (nested under it)", leafLine}, []string{"wk5", "wk6"}, 2},
+		{"a borrower of a kept lender that keeps another", nil, []string{"leaf"}, []string{leafLine}, nil, 4},
+		{"the last borrower", []string{"leaf"}, []string{"inner"}, []string{innerRevoked, "released with inner: outer (the entry it was nested under, kept for it)"}, []string{"wk5", "wk6"}, 2},
+		{"two lenders", nil, []string{"inner", "outer"}, []string{innerKept, "released with inner: leaf (nested under it)", outerLine}, []string{"wk5", "wk6"}, 2},
+	}
+	for _, c := range cases {
+		for _, s := range []*server{newMiniredis(t), newRealRedis(t)} {
+			t.Run(c.name+"/"+s.name, func(t *testing.T) {
+				populateNested(t, s)
+				ctx := context.Background()
+				sts, err := s.b.Enqueue(ctx, lanes.Owner{ID: "o-leaf", Host: "test-host", PID: 4242}, time.Minute,
+					[]lanes.Request{{ID: "leaf", Lineage: []string{"outer", "inner"}, Lanes: []lanes.Lane{{Key: "k5", Limit: 1}, {Key: "k6", Limit: 1}, {Key: "k7", Limit: 1}}}})
+				if err != nil || sts[0].State != lanes.Held {
+					t.Fatalf("Enqueue(leaf) = %+v, %v; want held", sts, err)
+				}
+				if code, out, _ := runInProcess(t, s.args("release", "--force", "outer")...); code != 0 || !strings.HasPrefix(out, "ended outer") {
+					t.Fatalf("release --force outer = %d, %q; want outer ended and kept", code, out)
+				}
+				if c.first != nil {
+					if code, out, stderr := runInProcess(t, s.args(append([]string{"release", "--force"}, c.first...)...)...); code != 0 {
+						t.Fatalf("release --force %s = %d, %q, %q; want 0", c.first, code, out, stderr)
+					}
+				}
+				code, out, stderr := runInProcess(t, s.args(append([]string{"release", "--force"}, c.ids...)...)...)
+				if code != 0 || stderr != "" {
+					t.Fatalf("release --force %s = %d, stdout %q, stderr %q; want 0 and nothing on stderr", strings.Join(c.ids, " "), code, out, stderr)
+				}
+				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+				var granted []string
+				if g, ok := strings.CutPrefix(lines[len(lines)-1], "granted next: "); ok {
+					lines, granted = lines[:len(lines)-1], strings.Split(g, ", ")
+					slices.Sort(granted)
+				}
+				if !slices.Equal(lines, c.want) || !slices.Equal(granted, c.granted) {
+					t.Errorf("release --force %s printed:\n%s\nwant:\n%s\ngranted next: %s", strings.Join(c.ids, " "), out, strings.Join(c.want, "\n"), strings.Join(c.granted, ", "))
+				}
+				if snap := s.inspect(t); len(entryInfos(snap)) != c.left {
+					t.Errorf("after it, entries %v; want %d", slices.Sorted(maps.Keys(entryInfos(snap))), c.left)
+				}
+			})
+		}
 	}
 }

@@ -81,7 +81,7 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 		if busy, err := o.global.snapshot(cmd.Context(), b, nil); err == nil && len(busy.Keys) > 0 {
 			v.OtherKeys = closestKeys(o.keys, busy.Keys, maxKeyHints)
 			v.noLanesLine = fmt.Sprintf("no holders or waiters for %s; keys with holders or waiters, closest first: %s",
-				strings.Join(o.keys, ", "), strings.Join(v.OtherKeys, ", "))
+				strings.Join(dedupe(o.keys), ", "), strings.Join(v.OtherKeys, ", "))
 			if len(busy.Keys) > maxKeyHints {
 				v.noLanesLine += ", ..."
 			}

@@ -305,6 +305,11 @@ func TestStatusIdleKeyNamesBusyKeys(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &got); err != nil || !slices.Equal(got.OtherKeys, []string{"k3", "k1", "k2"}) || len(got.Keys) != 0 {
 			t.Errorf("status k3x --json = %s (%v); want other_keys [k3 k1 k2] and no keys", out, err)
 		}
+		// An idle key named twice is said once.
+		_, out, _ = runInProcess(t, s.args("status", "k3x", "k3x")...)
+		if !strings.Contains(out, "no holders or waiters for k3x; ") {
+			t.Errorf("status k3x k3x = %q; want k3x said once", out)
+		}
 		// A busy key asked for: its table, no hint.
 		_, out, _ = runInProcess(t, s.args("status", "k3")...)
 		if strings.Contains(out, "closest first") || !strings.Contains(out, "w3") {
