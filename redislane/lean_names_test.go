@@ -25,13 +25,8 @@ func TestLeanOddNamesRealRedis(t *testing.T) {
 		}
 		return string(b)
 	}
-	enq := func(owner, s string) fop {
-		return fop{desc: owner + " enq " + s, script: "enqueue", args: []any{"60000", owner, "h", "7", s}}
-	}
-	hb := func(owner string, ids ...string) fop {
-		return fop{desc: "hb " + owner + " " + strings.Join(ids, " "), script: "heartbeat", args: append([]any{"60000", owner}, anys(ids)...)}
-	}
-	rel := relOp
+	enq, rel := enqOp, relOp
+	hb := func(owner string, ids ...string) fop { return hbOp(owner, "60000", ids...) }
 	keys := []string{"]", `],"s":"`, "a]b", "%d+.*", "日本", "a\u2028b", "x/y", "k k", "[", "{", "}", ",", ":", strings.Repeat("k", 512)}
 	ids := []string{`a"s":"b`, `]`, `w\q`, "%", strings.Repeat("i", 256), "a,b", "{}", `"`}
 	scen := map[string][]fop{}
@@ -78,13 +73,7 @@ func TestLeanOddNamesRealRedis(t *testing.T) {
 func TestLeanNestingScenariosRealRedis(t *testing.T) {
 	c := fuzzClient(t)
 	lean, gen := fuzzLibs(t, c)
-	enq := func(owner, s string) fop {
-		return fop{desc: owner + " enq " + s, script: "enqueue", args: []any{"60000", owner, "h", "7", s}}
-	}
-	hb := func(owner, ttl string, ids ...string) fop {
-		return fop{desc: "hb " + owner + " " + strings.Join(ids, " "), script: "heartbeat", args: append([]any{ttl, owner}, anys(ids)...)}
-	}
-	rel := relOp
+	enq, hb, rel := enqOp, hbOp, relOp
 	// The lapse: a TTL of 300 ms, then 500 ms with no step (the clock the
 	// scripts read is Redis's TIME, the same for both libraries).
 	lapse := fop{desc: "sleep", sleep: 500 * time.Millisecond}

@@ -64,13 +64,8 @@ func TestLeanReviewScenariosRealRedis(t *testing.T) {
 	c := fuzzClient(t)
 	lean, gen := fuzzLibs(t, c)
 	ctx := context.Background()
-	enq := func(o, js string) fop {
-		return fop{desc: o + " enq " + js, script: "enqueue", args: []any{"60000", o, "h", "7", js}}
-	}
-	hb := func(o string, ids ...string) fop {
-		return fop{desc: "hb " + o + " " + strings.Join(ids, " "), script: "heartbeat", args: append([]any{"60000", o}, anys(ids)...)}
-	}
-	rel := relOp
+	enq, rel := enqOp, relOp
+	hb := func(o string, ids ...string) fop { return hbOp(o, "60000", ids...) }
 	raw := func(desc string, f func(ns string)) fop { return fop{desc: desc, raw: f} }
 	// h holds S (limit 1), w0 of another owner waits; with(edit, then...)
 	hw := []fop{enq("o1", `[{"id":"h","k":[["S",1]]}]`), enq("o2", `[{"id":"w0","k":[["S",1]]}]`)}

@@ -1030,6 +1030,17 @@ func (f *fz) begin(keys ...string) {
 	drain(f.subA, "")
 }
 
+// enqOp is an enqueue step of owner o (TTL 60 s) of the requests js (the
+// script's JSON).
+func enqOp(o, js string) fop {
+	return fop{desc: o + " enq " + js, script: "enqueue", args: []any{"60000", o, "h", "7", js}}
+}
+
+// hbOp is a heartbeat of owner o for ids, with ttl (ms).
+func hbOp(o, ttl string, ids ...string) fop {
+	return fop{desc: "hb " + o + " " + strings.Join(ids, " "), script: "heartbeat", args: append([]any{ttl, o}, anys(ids)...)}
+}
+
 // relOp is the release by owner o of ids (no tombstone).
 func relOp(o string, ids ...string) fop {
 	return fop{desc: fmt.Sprint("rel ", ids), script: "release", args: append([]any{o, "0"}, anys(ids)...)}

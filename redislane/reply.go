@@ -57,10 +57,11 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		// every key, token, message and cycle is a string; a position an
 		// integer
 		for j, d := range detail {
-			if _, ok := d.(string); !ok && !(state == "w" && j%2 == 1) {
-				return nil, malformed("status", v)
-			}
-			if p, ok := d.(int64); state == "w" && j%2 == 1 && (!ok || p < 1) {
+			if state == "w" && j%2 == 1 {
+				if p, ok := d.(int64); !ok || p < 1 {
+					return nil, malformed("status", v)
+				}
+			} else if _, ok := d.(string); !ok {
 				return nil, malformed("status", v)
 			}
 		}

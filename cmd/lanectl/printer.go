@@ -210,10 +210,12 @@ func (p tablePrinter) Release(v releaseView) error {
 		var err error
 		keys := strings.Join(r.Keys, ", ")
 		switch {
-		case r.Was == "held" && r.Kept && len(r.Borrowers) > 0:
-			_, err = fmt.Fprintf(p.w, "ended %s (holder of %s): it keeps its slot until the leases borrowed from it end (%s); they were told to stop\n", r.Entry, keys, strings.Join(r.Borrowers, ", "))
 		case r.Was == "held" && r.Kept:
-			_, err = fmt.Fprintf(p.w, "ended %s (holder of %s): it keeps its slot until the leases borrowed from it end; they were told to stop\n", r.Entry, keys)
+			who := ""
+			if len(r.Borrowers) > 0 {
+				who = " (" + strings.Join(r.Borrowers, ", ") + ")"
+			}
+			_, err = fmt.Fprintf(p.w, "ended %s (holder of %s): it keeps its slot until the leases borrowed from it end%s; they were told to stop\n", r.Entry, keys, who)
 		case r.Was == "held" && r.Revoked:
 			_, err = fmt.Fprintf(p.w, "released %s (holder of %s whose lease was revoked when the lease it borrowed from ended; it was told to stop and may still be finishing)\n", r.Entry, keys)
 		case r.Was == "held" && r.Ended:

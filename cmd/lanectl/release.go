@@ -130,7 +130,7 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 		r := releasedEntry{Entry: id, Was: rel.Was[i].String(), Keys: []string{}}
 		e := known[id]
 		if rel.Was[i] == lanes.Gone && e.held && left(id) && slices.ContainsFunc(ids, func(n string) bool { return n != id && nested(id, n, known) }) {
-			r.Was = lanes.Held.String() // it left with an entry of its lineage named before it
+			r.Was = lanes.Held.String() // it left with another entry of its lineage named here
 		}
 		if r.Was == lanes.Gone.String() {
 			missing = append(missing, id)

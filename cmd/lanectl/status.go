@@ -98,8 +98,8 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 // leave them out without a word.
 func idleLine(named []string, busy []statusKey) string {
 	var idle []string
-	for _, k := range named {
-		if !slices.ContainsFunc(busy, func(b statusKey) bool { return b.Key == k }) && !slices.Contains(idle, k) {
+	for _, k := range dedupe(named) {
+		if !slices.ContainsFunc(busy, func(b statusKey) bool { return b.Key == k }) {
 			idle = append(idle, k)
 		}
 	}

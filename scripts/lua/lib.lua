@@ -1245,6 +1245,16 @@ local function by_seq(a, b) return a[1] < b[1] end
 local function scan(touched)
   drain()
   local done, budget = {}, SCAN_MAX * 4
+  -- leftover removes m, a member of key's queue that no waiter owns (edited
+  -- by hand, or left behind): the waiters the key counts are then those
+  -- its queue holds (a leftover may have been counted or not; a review
+  -- found one counted twice over, granting past a holder and stranding a
+  -- waiter).
+  local function leftover(key, m)
+    redis.call('ZREM', K_QUEUE, m)
+    kget(key).w = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
+    kput(key)
+  end
   local cands, seen = {}, {}
   while budget > 0 do
     local keys = {}
@@ -1275,7 +1285,6 @@ local function scan(touched)
             -- number (read further on when it sorts after this one, else
             -- at the next scan), and is a leftover otherwise.
             DEAD = DEAD - 1
-            redis.call('ZREM', K_QUEUE, m)
             local e, own = seq and load(id), false
             if e and e.s == 'w' and e.q == tonumber(seq) then
               for _, kl in ipairs(e.k) do
@@ -1283,10 +1292,10 @@ local function scan(touched)
               end
             end
             if own then
+              redis.call('ZREM', K_QUEUE, m)
               redis.call('ZADD', K_QUEUE, '0', qmember(key, e.q, id))
             else
-              r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
-              kput(key)
+              leftover(key, m)
             end
           elseif not seq or #seq ~= 16 then
             MORE, stop = true, true
@@ -1310,13 +1319,7 @@ local function scan(touched)
                 if kl[1] ~= key then done[kl[1]] = nil end
               end
             else
-              -- A leftover without a record: the waiters the key counts
-              -- are those its queue holds now (the leftover may have been
-              -- counted or not; a review found one counted twice over,
-              -- granting past a holder and stranding a waiter).
-              redis.call('ZREM', K_QUEUE, m)
-              r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(key), hi(key))
-              kput(key)
+              leftover(key, m) -- no record
             end
           else
             MORE, stop = true, true
@@ -1336,10 +1339,7 @@ local function scan(touched)
       -- (edited by hand), though its deadline lives: a leftover, which
       -- counted ahead of every waiter behind it until the deadline passed
       -- (a break-it review found a key stalled so).
-      redis.call('ZREM', K_QUEUE, c[4])
-      local r = kget(c[3])
-      r.w = redis.call('ZLEXCOUNT', K_QUEUE, lo(c[3]), hi(c[3]))
-      kput(c[3])
+      leftover(c[3], c[4])
     end
   end
   if next(RSPENT) then
