@@ -107,15 +107,29 @@ func startBrowser(t *testing.T, bin string) *browser {
 		<-b.done
 		fromR.Close()
 		if t.Failed() {
-			t.Logf("chromium's stderr (last lines): %s", lastLines(stderr.String(), 15))
+			if lines, dropped := chromiumLog(stderr.String(), 10); len(lines) > 0 {
+				t.Logf("chromium's stderr (last lines; %d lines about D-Bus left out): %s", dropped, strings.Join(lines, "\n"))
+			}
 		}
 	})
 	return b
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+// chromiumLog returns the last n lines of chromium's stderr s, without the
+// lines about D-Bus (a machine without a session bus makes chromium print
+// dozens; they would push a test's own failure out of a report that shows
+// only the end of its output), and how many of those it left out.
+func chromiumLog(s string, n int) (lines []string, dropped int) {
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		switch {
+		case l == "":
+		case strings.Contains(l, ":ERROR:dbus/"):
+			dropped++
+		default:
+			lines = append(lines, l)
+		}
+	}
+	return lines[max(len(lines)-n, 0):], dropped
 }
 
 // read delivers the browser's replies to their callers and keeps the
