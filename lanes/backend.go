@@ -176,6 +176,30 @@ type Snapshot struct {
 	Stats     Stats
 }
 
+// Overdue returns how many entries s shows whose deadline had passed at
+// s.Time: holders whose lease ran out (an Ended holder, kept for its
+// borrowers, does not count) and waiters whose wait did. A backend removes
+// expired entries a bounded number at a time (redislane: 100 a script), so
+// after a crash of many holders a snapshot may still show some; a second
+// look shows fewer. A deadline of zero is not counted.
+func (s *Snapshot) Overdue() int {
+	n := 0
+	due := func(t time.Time) bool { return t.UnixMilli() > 0 && !t.After(s.Time) }
+	for _, k := range s.Keys {
+		for _, h := range k.Holders {
+			if !h.Ended && due(h.Expires) {
+				n++
+			}
+		}
+		for _, w := range k.Waiters {
+			if due(w.Expires) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Stats counts what happened in a backend's namespace since it was first
 // used (a Redis namespace keeps them with its fencing counters).
 type Stats struct {

@@ -11,19 +11,20 @@ import (
 	"github.com/lanes-dev/lanes/lanes"
 )
 
-// TestInspectShowsNoExpiredBacklog: 300 holders whose leases ran out
+// TestInspectShowsNoExpiredBacklog: 2,000 holders whose leases ran out
 // together (their process killed), a live waiter behind the last: each
 // inspect page reaps at most 100 expired entries, and the first Inspect
 // showed the dead holder holding and the waiter waiting, as lanectl status
-// and keys did (a break-it review of the operator views). Inspect reads
-// again while an entry past its deadline shows. miniredis and the real
-// Redis server.
+// and keys did (a break-it review of the operator views, with 300; a
+// second one, with 5,000, passed the first fix's bound of 1,100). Inspect
+// reads again while an entry past its deadline shows and the reads remove
+// some. miniredis and the real Redis server.
 func TestInspectShowsNoExpiredBacklog(t *testing.T) {
 	bothServers(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := context.Background()
 		b := newBackend(t, c)
 		dead := lanes.Owner{ID: "backlog-dead", Host: "h", PID: 1}
-		const n, ttl = 300, 500 * time.Millisecond
+		const n, ttl = 2000, 2 * time.Second
 		for from := 1; from <= n; from += 100 {
 			var reqs []lanes.Request
 			for i := from; i < from+100; i++ {
@@ -60,6 +61,9 @@ func TestInspectShowsNoExpiredBacklog(t *testing.T) {
 		snap, err = b.Inspect(ctx, []string{last})
 		if err != nil || len(snap.Keys) != 1 {
 			t.Fatalf("Inspect(%s) after the deadlines = %+v, %v", last, snap, err)
+		}
+		if n := snap.Overdue(); n != 0 {
+			t.Errorf("Inspect(%s) after the deadlines shows %d overdue entries; want none", last, n)
 		}
 		k := snap.Keys[0]
 		if len(k.Holders) != 1 || k.Holders[0].ID != "zw" || len(k.Waiters) != 0 {

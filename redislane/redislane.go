@@ -402,49 +402,35 @@ func (b *Backend) releaseOnce(ctx context.Context, by string, tomb time.Duration
 // Each page first removes expired entries, at most a bounded number
 // (REAP_MAX, 100) a run. While more were due, a snapshot would show dead
 // holders as holders and their waiters as waiting: Inspect reads the
-// namespace again, up to inspectRereads times, while the snapshot holds
-// an entry whose deadline had passed at Snapshot.Time (a holder kept
-// after its lease ended, Holder.Ended, stays by design and does not
-// count).
+// namespace again while the snapshot shows an overdue entry
+// (lanes.Snapshot.Overdue) and the read before removed some (its
+// ExpiredHolders or EvictedWaiters grew), at most inspectRereads times.
+// A snapshot may still show overdue entries past that bound (a backlog of
+// more than about 10,000 expired entries); lanectl says so.
 func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, error) {
 	for _, k := range keys {
 		if err := lanes.ValidateKey(k); err != nil {
 			return nil, err
 		}
 	}
+	var removed uint64
 	for i := 0; ; i++ {
 		snap, err := b.inspect(ctx, keys)
-		if err != nil || i == inspectRereads || !holdsDead(snap) {
+		if err != nil || snap.Overdue() == 0 {
 			return snap, err
 		}
+		n := snap.Stats.ExpiredHolders + snap.Stats.EvictedWaiters
+		if i == inspectRereads || (i > 0 && n == removed) {
+			return snap, nil
+		}
+		removed = n
 	}
 }
 
 // inspectRereads bounds the reads of Inspect past the first: with the
-// reaps of every page, at least 1,000 expired entries are removed before
+// reaps of every page, at least 10,000 expired entries are removed before
 // a snapshot shows one.
-const inspectRereads = 10
-
-// holdsDead reports whether snap shows an entry whose deadline had passed
-// at snap.Time, other than a holder kept after its lease ended: one left
-// for a later reap (a deadline of 0, a record without one, is no sign of
-// that).
-func holdsDead(snap *lanes.Snapshot) bool {
-	dead := func(t time.Time) bool { return t.UnixMilli() > 0 && !t.After(snap.Time) }
-	for _, k := range snap.Keys {
-		for _, h := range k.Holders {
-			if !h.Ended && dead(h.Expires) {
-				return true
-			}
-		}
-		for _, w := range k.Waiters {
-			if dead(w.Expires) {
-				return true
-			}
-		}
-	}
-	return false
-}
+const inspectRereads = 100
 
 // inspect is one read of Inspect, of keys (valid), every key in use when
 // none.

@@ -168,6 +168,9 @@ func writeReport(w io.Writer, r *redislane.Report) error {
 	if r.Reaped > 0 {
 		fmt.Fprintf(w, "reaped %d expired entries\n", r.Reaped)
 	}
+	if r.Expired > 0 {
+		fmt.Fprintf(w, "%d expired entries are not yet removed: every step removes up to 100, and until then status and keys may show some; lanectl gc removes them now\n", r.Expired)
+	}
 	switch {
 	case r.OK() && r.Epoch == "":
 		_, err := fmt.Fprintln(w, "no problem found: the namespace holds no state (never used on this server, or its keys were deleted; check its name)")
@@ -214,11 +217,12 @@ type doctorView struct {
 	Reaped    int      `json:"reaped"`
 	Resets    int64    `json:"resets"`    // resets of the namespace's state since it was made
 	FrozenMS  int64    `json:"frozen_ms"` // how long grants are still held back by the last reset; 0: they are not
+	Expired   int64    `json:"expired"`   // expired entries not yet removed
 }
 
 func newDoctorView(r *redislane.Report) doctorView {
 	list := func(l []string) []string { return append([]string{}, l...) }
 	return doctorView{Namespace: r.Namespace, Epoch: r.Epoch, OK: r.OK(), Missing: list(r.Missing),
 		Legacy: list(r.Legacy), Problems: list(r.Problems), Repairs: list(r.Repairs), Reaped: r.Reaped,
-		Resets: r.Resets, FrozenMS: r.Frozen.Milliseconds()}
+		Resets: r.Resets, FrozenMS: r.Frozen.Milliseconds(), Expired: r.Expired}
 }

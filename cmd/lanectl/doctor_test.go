@@ -16,7 +16,8 @@ import (
 
 // doctor and gc on miniredis and real Redis: a sound namespace is reported
 // sound (exit 0); a stray holder member is reported (exit 1, one line per
-// problem) and, with --repair, removed; gc removes expired entries.
+// problem) and, with --repair, removed; doctor tells of expired entries
+// not yet removed, and gc removes them.
 func TestDoctorAndGC(t *testing.T) {
 	forEachServer(t, func(t *testing.T, s *server) {
 		populate(t, s)
@@ -50,9 +51,17 @@ func TestDoctorAndGC(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(100 * time.Millisecond)
+		// doctor (a check) tells of them, and finds no problem in them.
+		code, out, stderr = runInProcess(t, s.args("doctor")...)
+		if code != exitOK || !strings.Contains(out, "\n2 expired entries are not yet removed: ") || !strings.Contains(out, "no problem found") {
+			t.Fatalf("doctor with two expired entries = %d, %q, %q; want 0, the two entries and no problem", code, out, stderr)
+		}
 		code, out, stderr = runInProcess(t, s.args("gc", "--json")...)
 		if code != exitOK || !strings.Contains(out, `"reaped": 2`) {
 			t.Fatalf("gc = %d, %q, %q; want the two expired entries removed", code, out, stderr)
+		}
+		if code, out, _ = runInProcess(t, s.args("doctor", "--json")...); code != exitOK || !strings.Contains(out, `"expired": 0`) {
+			t.Errorf("doctor --json after gc = %d, %s; want 0 and \"expired\": 0", code, out)
 		}
 	})
 }

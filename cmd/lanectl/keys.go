@@ -63,6 +63,8 @@ type keysView struct {
 	// closest to its name first.
 	NoLanes         bool     `json:"no_lanes,omitempty"`
 	OtherNamespaces []string `json:"other_namespaces,omitempty"`
+	// Overdue is status's: entries past their deadline, not yet removed.
+	Overdue int `json:"overdue,omitempty"`
 
 	noLanesLine string // what the table says of it
 }
@@ -77,7 +79,7 @@ type keyCount struct {
 // newKeysView counts the holders and waiters of each key of snap, sorted by
 // waiters descending, then by key.
 func newKeysView(snap *lanes.Snapshot) keysView {
-	v := keysView{Namespace: snap.Namespace, Keys: []keyCount{}}
+	v := keysView{Namespace: snap.Namespace, Keys: []keyCount{}, Overdue: snap.Overdue()}
 	for _, k := range snap.Keys {
 		if len(k.Holders)+len(k.Waiters) == 0 {
 			continue

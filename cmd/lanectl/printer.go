@@ -65,9 +65,18 @@ func (p tablePrinter) Status(v statusView) error {
 	if err := writeStatusTable(p.w, v); err != nil {
 		return err
 	}
-	if v.idleLine != "" {
-		_, err := fmt.Fprintln(p.w, v.idleLine)
-		return err
+	return writeLines(p.w, v.idleLine, overdueLine(v.Overdue))
+}
+
+// writeLines writes each line that is not "".
+func writeLines(w io.Writer, lines ...string) error {
+	for _, l := range lines {
+		if l == "" {
+			continue
+		}
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -202,7 +211,10 @@ func (p tablePrinter) Keys(v keysView) error {
 	for _, k := range v.Keys {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", ident(k.Key), k.Limit, k.Holders, k.Waiters)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return writeLines(p.w, overdueLine(v.Overdue))
 }
 
 func (p tablePrinter) Release(v releaseView) error {

@@ -109,6 +109,19 @@ func idleLine(named []string, busy []statusKey) string {
 	return "no holders or waiters for " + strings.Join(idle, ", ")
 }
 
+// overdueLine says that n entries shown had passed their deadline and were
+// not yet removed ("" when n is 0).
+func overdueLine(n int) string {
+	if n == 0 {
+		return ""
+	}
+	what := "entries shown are past their"
+	if n == 1 {
+		what = "entry shown is past its"
+	}
+	return fmt.Sprintf("%d %s deadline and not yet removed: Redis removes expired entries about 100 at a time, and a look removes up to 10,000; look again", n, what)
+}
+
 // statusView is what `status` reports; its JSON form is the contract of
 // `lanectl status --json`.
 type statusView struct {
@@ -128,9 +141,14 @@ type statusView struct {
 	OtherNamespaces []string `json:"other_namespaces,omitempty"`
 	// OtherKeys: the keys named have no holders or waiters, and these
 	// (at most maxKeyHints, the closest to a named one first) have.
-	OtherKeys   []string `json:"other_keys,omitempty"`
-	noLanesLine string   // what the table says of it
-	idleLine    string   // the table's last line: keys named that are idle (idleLine)
+	OtherKeys []string `json:"other_keys,omitempty"`
+	// Overdue counts the entries shown whose deadline had passed when the
+	// snapshot was taken, not yet removed (lanes.Snapshot.Overdue): a
+	// backlog of expired entries larger than one look removes. Left out
+	// when 0.
+	Overdue     int    `json:"overdue,omitempty"`
+	noLanesLine string // what the table says of it
+	idleLine    string // the table's last line: keys named that are idle (idleLine)
 }
 
 // maxKeyHints is how many busy keys status names when the keys it was
@@ -197,7 +215,7 @@ type waiterView struct {
 // newStatusView builds the view of snap, with every duration measured
 // against snap.Time, the backend's clock, never the local one.
 func newStatusView(snap *lanes.Snapshot) statusView {
-	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time)}
+	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time), Overdue: snap.Overdue()}
 	for _, k := range snap.Keys {
 		sk := statusKey{Key: k.Key, Limit: k.Limit, Holders: []holderView{}, Waiters: []waiterView{}}
 		if r := k.Rate; r != nil {

@@ -320,7 +320,8 @@ func TestStatusIdleKeyNamesBusyKeys(t *testing.T) {
 
 // TestStatusNamesIdleKeysBesideBusyOnes: `status k3 nosuch` printed k3's
 // table and nothing of nosuch (a break-it review): the table's last line
-// names the keys given that nobody holds or waits for. miniredis.
+// names the keys given that nobody holds or waits for; so does each table
+// of `watch k3 nosuch`. miniredis.
 func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
 	s := newMiniredis(t)
 	populate(t, s)
@@ -338,6 +339,16 @@ func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
 	_, out, _ = runInProcess(t, s.args("status", "k3", "k1")...)
 	if strings.Contains(out, "no holders or waiters") {
 		t.Errorf("status of busy keys alone printed:\n%s\nwant no idle line", out)
+	}
+
+	p := startInProcess(t, s.args("watch", "--interval", "20ms", "k3", "nosuch")...)
+	eventually(t, "watch printed k3's table", func() bool { return strings.Contains(p.stdout.String(), "w3") })
+	if code := p.stop(t); code != 0 {
+		t.Errorf("watch = %d; want 0", code)
+	}
+	lines = strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
+	if last := lines[len(lines)-1]; last != "no holders or waiters for nosuch" {
+		t.Errorf("watch k3 nosuch ended %q; want the idle key named:\n%s", last, p.stdout)
 	}
 }
 

@@ -157,7 +157,11 @@ func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, e
 	if err != nil {
 		return watchFrame{at: time.Now(), err: errorLine(err, o.global.redisURL)}, err
 	}
-	return watchFrame{view: newStatusView(snap), at: snap.Time}, nil
+	v := newStatusView(snap)
+	if len(v.Keys) > 0 {
+		v.idleLine = idleLine(o.keys, v.Keys)
+	}
+	return watchFrame{view: v, at: snap.Time}, nil
 }
 
 // watchSignature is what a change is made of: keys, limits, and each
@@ -235,6 +239,7 @@ func (p *plainWatch) show(f watchFrame) error {
 			if err := writeStatusTable(&buf, f.view); err != nil {
 				return err
 			}
+			_ = writeLines(&buf, f.view.idleLine, overdueLine(f.view.Overdue)) // a bytes.Buffer does not fail
 		}
 	}
 	_, err := p.w.Write(buf.Bytes())
@@ -414,6 +419,11 @@ func (t *termWatch) screen(f watchFrame) []screenLine {
 		for _, w := range k.Waiters {
 			lines = append(lines, screenLine{text: rows[i], hot: time.Duration(w.WaitingMS)*time.Millisecond >= o.old})
 			i++
+		}
+	}
+	for _, l := range []string{v.idleLine, overdueLine(v.Overdue)} {
+		if l != "" {
+			lines = append(lines, screenLine{text: l})
 		}
 	}
 	lines = append(lines, screenLine{}, screenLine{text: fmt.Sprintf("bold red: lease left under %v, or waiting %v or longer", o.expiring, o.old)})
