@@ -47,6 +47,8 @@ type Span struct {
 	Expired bool
 	// LeaseMax is the longest lease left seen: about its TTL.
 	LeaseMax time.Duration
+
+	heldSeen time.Time // the first look that saw it holding
 }
 
 // Open reports whether the span's entry was still there at the last look.
@@ -92,6 +94,9 @@ func (h *history) observe(snap *lanes.Snapshot) {
 			if s.Granted.IsZero() {
 				s.Granted = ho.Granted
 			}
+			if s.heldSeen.IsZero() {
+				s.heldSeen = now
+			}
 			s.LeaseMax = max(s.LeaseMax, ho.Expires.Sub(now))
 			seen[spanKey{k.Key, ho.ID}] = true
 		}
@@ -134,9 +139,11 @@ func (h *history) span(key string, e lanes.Entry, now time.Time) *Span {
 
 // handOff narrows the end of s, a holder gone by snap, with what the
 // holders of its key in snap tell: on a key of limit 1, the first holder
-// granted after s was last seen got the slot after s left, so s was gone
-// by then. When that holder had waited for this key alone, s's release
-// granted it (a hand-off): the end is exact.
+// first seen holding now, granted since s was last seen, got the slot
+// after s left, so s was gone by then. When that holder had waited for
+// this key alone, s's release granted it (a hand-off): the end is exact.
+// Looks and grants are stamped in whole milliseconds, so "since" includes
+// the millisecond of each look.
 func (h *history) handOff(s *Span, snap *lanes.Snapshot) {
 	i, ok := slices.BinarySearchFunc(snap.Keys, s.Key, func(k lanes.KeyState, key string) int { return cmp.Compare(k.Key, key) })
 	if !ok {
@@ -144,8 +151,11 @@ func (h *history) handOff(s *Span, snap *lanes.Snapshot) {
 	}
 	k := snap.Keys[i]
 	for _, o := range k.Holders {
-		if !o.Granted.After(s.SeenUntil) || !o.Granted.Before(s.GoneBy) {
+		if o.Granted.Before(s.SeenUntil) || o.Granted.After(s.GoneBy) {
 			continue
+		}
+		if os := h.open[spanKey{k.Key, o.ID}]; os != nil && os.heldSeen.Before(snap.Time) {
+			continue // held beside s at an earlier look: no successor
 		}
 		if k.Limit == 1 {
 			s.GoneBy = o.Granted
