@@ -79,6 +79,8 @@ type Backend struct {
 	// The most requests or ids one script run takes (see EnqueuePiece and
 	// ReleasePiece); a step with more runs as several, in order.
 	enqueuePiece, idPiece int
+	// rereadTime bounds Inspect's rereads: inspectRereadTime.
+	rereadTime time.Duration
 
 	mu     sync.Mutex // guards ps
 	ps     *redis.PubSub
@@ -120,7 +122,8 @@ func New(c redis.UniversalClient, ns string, opts ...Option) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{c: c, ns: ns, hints: map[string]func([]lanes.Hint){}, confirms: map[string]chan struct{}{},
-		tracer: otelx.GlobalTracer(lanes.ScopeName), pageSize: 500, enqueuePiece: EnqueuePiece, idPiece: IDPiece}
+		tracer: otelx.GlobalTracer(lanes.ScopeName), pageSize: 500, enqueuePiece: EnqueuePiece, idPiece: IDPiece,
+		rereadTime: inspectRereadTime}
 	if err := WithPrefix(DefaultPrefix)(b); err != nil {
 		return nil, err
 	}
@@ -404,33 +407,45 @@ func (b *Backend) releaseOnce(ctx context.Context, by string, tomb time.Duration
 // holders as holders and their waiters as waiting: Inspect reads the
 // namespace again while the snapshot shows an overdue entry
 // (lanes.Snapshot.Overdue) and the read before removed some (its
-// ExpiredHolders or EvictedWaiters grew), at most inspectRereads times.
-// A snapshot may still show overdue entries past that bound (a backlog of
-// more than about 10,000 expired entries); lanectl says so.
+// ExpiredHolders or EvictedWaiters grew), at most inspectRereads times and
+// not past inspectRereadTime, nor past half of what ctx's deadline leaves,
+// judged by the last read's duration. A snapshot may still show overdue
+// entries past those bounds (a large backlog of expired entries); lanectl
+// says so.
 func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, error) {
 	for _, k := range keys {
 		if err := lanes.ValidateKey(k); err != nil {
 			return nil, err
 		}
 	}
+	start := time.Now()
 	var removed uint64
 	for i := 0; ; i++ {
+		t := time.Now()
 		snap, err := b.inspect(ctx, keys)
 		if err != nil || snap.Overdue() == 0 {
 			return snap, err
 		}
+		took := time.Since(t)
 		n := snap.Stats.ExpiredHolders + snap.Stats.EvictedWaiters
-		if i == inspectRereads || (i > 0 && n == removed) {
+		if i == inspectRereads || (i > 0 && n == removed) || time.Since(start)+took > b.rereadTime {
+			return snap, nil
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*took {
 			return snap, nil
 		}
 		removed = n
 	}
 }
 
-// inspectRereads bounds the reads of Inspect past the first: with the
-// reaps of every page, at least 10,000 expired entries are removed before
-// a snapshot shows one.
-const inspectRereads = 100
+// inspectRereads and inspectRereadTime bound the reads of Inspect past the
+// first: with the reaps of every page, a namespace of one page read 100
+// times removes 10,000 expired entries, in well under a second when Redis
+// is not loaded; a larger one removes more each read, and takes longer.
+const (
+	inspectRereads    = 100
+	inspectRereadTime = time.Second
+)
 
 // inspect is one read of Inspect, of keys (valid), every key in use when
 // none.

@@ -16,7 +16,7 @@ import (
 // nothing to say the view was stale) makes status and keys end with a line
 // that says how many, and their JSON carry "overdue"; a holder kept for
 // its borrowers (Ended) and live entries do not count. Built from a
-// snapshot: the backlog that needs it is over 10,000 entries.
+// snapshot: the backlog that needs it is large (see Inspect).
 func TestViewsSayOverdueEntries(t *testing.T) {
 	now := time.Date(2026, 12, 7, 7, 0, 0, 0, time.UTC)
 	entry := func(id string) lanes.Entry {
@@ -73,5 +73,15 @@ func TestViewsSayOverdueEntries(t *testing.T) {
 	}
 	if got := overdueLine(1); !strings.HasPrefix(got, "1 entry shown is past its deadline") {
 		t.Errorf("overdueLine(1) = %q", got)
+	}
+	// watch prints a look when entries turn overdue, or no longer are,
+	// though its holders and waiters did not change (a break-it review:
+	// a holder that died after watch's first frame was never said overdue).
+	var c changes
+	for i, overdue := range []bool{false, true, true, false} {
+		printed := c.view(newStatusView(snap(overdue)))
+		if want := i == 0 || i == 1 || i == 3; printed != want {
+			t.Errorf("look %d (overdue entries: %v): watch prints it = %v; want %v", i, overdue, printed, want)
+		}
 	}
 }

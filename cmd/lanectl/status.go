@@ -119,7 +119,7 @@ func overdueLine(n int) string {
 	if n == 1 {
 		what = "entry shown is past its"
 	}
-	return fmt.Sprintf("%d %s deadline and not yet removed: Redis removes expired entries about 100 at a time, and a look removes up to 10,000; look again", n, what)
+	return fmt.Sprintf("%d %s deadline and not yet removed: Redis removes expired entries about 100 at a time, and a look removes what it can in about a second; look again, or run lanectl gc", n, what)
 }
 
 // statusView is what `status` reports; its JSON form is the contract of

@@ -166,11 +166,11 @@ func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, e
 
 // watchSignature is what a change is made of: keys, limits, and each
 // holder's and waiter's entry, owner, call, token or position, whether a
-// holder's lease ended, whether grants are frozen. The times that move on
-// every look are left out.
+// holder's lease ended, whether grants are frozen, how many entries shown
+// are overdue. The times that move on every look are left out.
 func watchSignature(v statusView) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "frozen %v\n", v.FrozenMS > 0)
+	fmt.Fprintf(&b, "frozen %v overdue %d\n", v.FrozenMS > 0, v.Overdue)
 	for _, k := range v.Keys {
 		fmt.Fprintf(&b, "k %q %d\n", k.Key, k.Limit)
 		for _, h := range k.Holders {

@@ -87,31 +87,31 @@ func (h *history) observe(snap *lanes.Snapshot) {
 		h.from = now
 	}
 	seen := make(map[spanKey]bool, len(h.open))
+	var gone []*Span
 	for _, k := range snap.Keys {
 		for _, ho := range k.Holders {
-			s := h.span(k.Key, ho.Entry, now)
+			s := h.span(k.Key, ho.Entry, true, ho.Granted, now, &gone)
 			s.Token, s.Expires, s.Ended = ho.Token, ho.Expires, s.Ended || ho.Ended
-			if s.Granted.IsZero() {
-				s.Granted = ho.Granted
-			}
 			if s.heldSeen.IsZero() {
-				s.heldSeen = now
+				s.Granted, s.heldSeen = ho.Granted, now
 			}
 			s.LeaseMax = max(s.LeaseMax, ho.Expires.Sub(now))
 			seen[spanKey{k.Key, ho.ID}] = true
 		}
 		for _, w := range k.Waiters {
-			s := h.span(k.Key, w.Entry, now)
+			s := h.span(k.Key, w.Entry, false, time.Time{}, now, &gone)
 			s.Expires = w.Expires
 			seen[spanKey{k.Key, w.ID}] = true
 		}
 	}
-	expiredMore := snap.Stats.ExpiredHolders > h.expired && !h.last.IsZero()
 	for sk, s := range h.open {
-		if seen[sk] {
-			continue
+		if !seen[sk] {
+			delete(h.open, sk)
+			gone = append(gone, s)
 		}
-		delete(h.open, sk)
+	}
+	expiredMore := snap.Stats.ExpiredHolders > h.expired && !h.last.IsZero()
+	for _, s := range gone {
 		s.GoneBy = now
 		if !s.Granted.IsZero() {
 			h.handOff(s, snap)
@@ -124,10 +124,16 @@ func (h *history) observe(snap *lanes.Snapshot) {
 }
 
 // span returns the open span of entry e on key, made if new, and marks it
-// seen at now.
-func (h *history) span(key string, e lanes.Entry, now time.Time) *Span {
+// seen at now; holding and granted say how snap shows e. An open span of
+// an earlier entry under e's id (it left, and an entry was enqueued again
+// under the same id, between two looks) is added to gone and replaced.
+func (h *history) span(key string, e lanes.Entry, holding bool, granted, now time.Time, gone *[]*Span) *Span {
 	sk := spanKey{key, e.ID}
 	s := h.open[sk]
+	if s != nil && s.again(e, holding, granted) {
+		*gone = append(*gone, s)
+		s = nil
+	}
 	if s == nil {
 		s = &Span{Key: key, Entry: e.ID, Host: e.Owner.Host, PID: e.Owner.PID, Tool: e.Tool,
 			CallID: e.CallID, Tenant: e.Tenant, Enqueued: e.Enqueued}
@@ -135,6 +141,23 @@ func (h *history) span(key string, e lanes.Entry, now time.Time) *Span {
 	}
 	s.SeenUntil = now
 	return s
+}
+
+// again reports whether e, as a look shows it (holding, granted at
+// granted), is another entry than s's under the same id: enqueued at
+// another time, or waiting or granted at another time after s was seen
+// holding. An entry never waits again once granted, and is granted once.
+func (s *Span) again(e lanes.Entry, holding bool, granted time.Time) bool {
+	switch {
+	case !e.Enqueued.Equal(s.Enqueued):
+		return true
+	case s.heldSeen.IsZero():
+		return false
+	case !holding:
+		return true
+	default:
+		return !granted.Equal(s.Granted)
+	}
 }
 
 // handOff narrows the end of s, a holder gone by snap, with what the

@@ -85,6 +85,56 @@ func TestHistoryHandOffInTheMillisecondOfALook(t *testing.T) {
 	}
 }
 
+// TestHistoryIDEnqueuedAgainIsAnotherSpan: an entry that left and was
+// enqueued again under the same id between two looks (lanectl lock --id x
+// run twice) is a new span, so the hold of the first ends and hand-offs
+// to and from the second are seen. (A break-it review's case: the
+// second x, seen waiting and then holding, kept the first's grant time
+// and was taken for a holder seen beside s, so s's hold was drawn over
+// x's until the next look.) Both ways: enqueued at another time, and in
+// the same millisecond but seen waiting after it was seen holding.
+func TestHistoryIDEnqueuedAgainIsAnotherSpan(t *testing.T) {
+	for _, enq2 := range []int{70, 0} {
+		t.Run(fmt.Sprint(enq2), func(t *testing.T) {
+			h := newHistory(100, time.Hour)
+			x1, s, x2 := entry("x", 0, "k"), entry("s", 40, "k"), entry("x", enq2, "k")
+			h.observe(snapAt(10, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x1, 1, 0, 5000)}}))
+			// x released at 60, granting s; x enqueued again, waiting.
+			h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(s, 2, 60, 5000)},
+				Waiters: []lanes.Waiter{{Entry: x2, Position: 1, Expires: at(5000)}}}))
+			// s released at 200, granting x.
+			h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x2, 3, 200, 5000)}}))
+			spans, _, _ := h.spans("k", at(0))
+			if len(spans) != 3 {
+				t.Fatalf("spans() = %+v; want x, s and x again", spans)
+			}
+			byGrant := map[int]Span{}
+			for _, sp := range spans {
+				byGrant[int(sp.Granted.Sub(t0)/time.Millisecond)] = sp
+			}
+			if sx := byGrant[0]; sx.Entry != "x" || sx.GoneBy != at(60) || !sx.EndExact || sx.Token != 1 {
+				t.Errorf("first x's span = %+v; want token 1, gone exactly at s's grant (60)", sx)
+			}
+			if ss := byGrant[60]; ss.Entry != "s" || ss.GoneBy != at(200) || !ss.EndExact {
+				t.Errorf("s's span = %+v; want gone exactly at the second x's grant (200)", ss)
+			}
+			if sx := byGrant[200]; sx.Entry != "x" || !sx.Open() || sx.Token != 3 || sx.Enqueued != at(enq2) {
+				t.Errorf("second x's span = %+v; want granted 200, token 3, enqueued %d, open", sx, enq2)
+			}
+		})
+	}
+	// Granted again at once, between two looks: the second hold is its own
+	// span, and the first ended by its grant (not exact: it never waited).
+	h := newHistory(100, time.Hour)
+	x1, x2 := entry("x", 0, "k"), entry("x", 150, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x1, 1, 0, 5000)}}))
+	h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x2, 2, 150, 5000)}}))
+	spans, _, _ := h.spans("k", at(0))
+	if len(spans) != 2 || spans[0].GoneBy != at(150) || spans[0].EndExact || spans[1].Granted != at(150) || !spans[1].Open() {
+		t.Errorf("spans() = %+v; want the first x gone by 150 (not exact) and the second granted 150, open", spans)
+	}
+}
+
 func TestHistoryEndBetweenLooksWhenNoHandOff(t *testing.T) {
 	h := newHistory(100, time.Hour)
 	a := entry("a", 0, "k")
