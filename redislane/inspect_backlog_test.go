@@ -2,10 +2,14 @@ package redislane_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/lanes"
@@ -96,4 +100,76 @@ func TestInspectShowsNoExpiredBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// failScript fails the nth script run (EVALSHA, EVAL or FCALL) counted
+// from when it is armed, once.
+type failScript struct {
+	n     int32
+	calls atomic.Int32
+	armed atomic.Bool
+}
+
+func (h *failScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := strings.ToLower(cmd.Name())
+		if h.armed.Load() && (strings.HasPrefix(name, "eval") || strings.HasPrefix(name, "fcall")) && h.calls.Add(1) == h.n {
+			err := errors.New("injected: connection reset")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *failScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestInspectRereadFailureKeepsTheReadBefore: when a reread fails (a
+// network error, a deadline), Inspect returns the read before it, which
+// showed the namespace (with overdue entries), not the error: a second
+// review saw watch exit "cannot reach Redis" on its first look while Redis
+// answered. A failure of the first read is still an error. miniredis,
+// its clock moved past the leases' deadlines.
+func TestInspectRereadFailureKeepsTheReadBefore(t *testing.T) {
+	for _, n := range []int32{1, 2} {
+		t.Run(fmt.Sprintf("read %d fails", n), func(t *testing.T) {
+			m := miniredis.RunT(t)
+			clock := &fakeClock{m: m}
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { c.Close() })
+			c.AddHook(clock)
+			hook := &failScript{n: n}
+			c.AddHook(hook)
+			ctx := context.Background()
+			b := newBackend(t, c)
+			redislane.SetInspectRereadTime(b, time.Hour)
+			dead := lanes.Owner{ID: "dead", Host: "h", PID: 1}
+			var reqs []lanes.Request
+			for i := 1; i <= 150; i++ {
+				reqs = append(reqs, lanes.Request{ID: fmt.Sprintf("z%03d", i), Lanes: lane(fmt.Sprintf("zk%03d", i))})
+			}
+			if _, err := b.Enqueue(ctx, dead, time.Minute, reqs); err != nil {
+				t.Fatal(err)
+			}
+			// A look before the deadlines loads the script: then each
+			// read of Inspect is one script run.
+			if _, err := b.Inspect(ctx, []string{"zk150"}); err != nil {
+				t.Fatal(err)
+			}
+			clock.advance(2 * time.Minute)
+			hook.armed.Store(true)
+			snap, err := b.Inspect(ctx, []string{"zk150"})
+			if hook.calls.Load() < n {
+				t.Fatalf("%d script runs; want the failure injected in run %d", hook.calls.Load(), n)
+			}
+			switch {
+			case n == 1 && err == nil:
+				t.Errorf("Inspect with its first read failed = %+v, nil; want the error", snap)
+			case n == 2 && (err != nil || snap == nil || snap.Overdue() == 0):
+				t.Errorf("Inspect with a reread failed = %+v, %v; want the first read, overdue entries shown", snap, err)
+			}
+		})
+	}
 }

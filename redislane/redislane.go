@@ -409,9 +409,9 @@ func (b *Backend) releaseOnce(ctx context.Context, by string, tomb time.Duration
 // (lanes.Snapshot.Overdue) and the read before removed some (its
 // ExpiredHolders or EvictedWaiters grew), at most inspectRereads times and
 // not past inspectRereadTime, nor past half of what ctx's deadline leaves,
-// judged by the last read's duration. A snapshot may still show overdue
-// entries past those bounds (a large backlog of expired entries); lanectl
-// says so.
+// judged by the last read's duration; when a reread fails, Inspect returns
+// the read before it. A snapshot may still show overdue entries past those
+// bounds (a large backlog of expired entries); lanectl says so.
 func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, error) {
 	for _, k := range keys {
 		if err := lanes.ValidateKey(k); err != nil {
@@ -419,13 +419,20 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 		}
 	}
 	start := time.Now()
-	var removed uint64
+	var (
+		removed uint64
+		last    *lanes.Snapshot
+	)
 	for i := 0; ; i++ {
 		t := time.Now()
 		snap, err := b.inspect(ctx, keys)
+		if err != nil && last != nil {
+			return last, nil // a reread's failure: the read before stands
+		}
 		if err != nil || snap.Overdue() == 0 {
 			return snap, err
 		}
+		last = snap
 		took := time.Since(t)
 		n := snap.Stats.ExpiredHolders + snap.Stats.EvictedWaiters
 		if i == inspectRereads || (i > 0 && n == removed) || time.Since(start)+took > b.rereadTime {

@@ -133,6 +133,43 @@ func TestHistoryIDEnqueuedAgainIsAnotherSpan(t *testing.T) {
 	if len(spans) != 2 || spans[0].GoneBy != at(150) || spans[0].EndExact || spans[1].Granted != at(150) || !spans[1].Open() {
 		t.Errorf("spans() = %+v; want the first x gone by 150 (not exact) and the second granted 150, open", spans)
 	}
+	// Released and enqueued again, granted at once, all in the millisecond
+	// of the look that saw the first (a second review's case): the same
+	// times, told apart by the new fencing token.
+	h = newHistory(100, time.Hour)
+	x1, x2 = entry("x", 100, "k"), entry("x", 100, "k")
+	h.observe(snapAt(100, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x1, 1, 100, 5000)}}))
+	h.observe(snapAt(350, lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(x2, 2, 100, 5000)}}))
+	spans, _, _ = h.spans("k", at(0))
+	if len(spans) != 2 || spans[0].Token != 1 || spans[0].Open() || spans[1].Token != 2 || !spans[1].Open() {
+		t.Errorf("spans() = %+v; want token 1's span closed and token 2's open", spans)
+	}
+}
+
+// TestHistorySameEntryStaysOneSpan: what again() must not take for another
+// entry: one entry on two keys seen waiting, then holding (listed twice on
+// a key, as inspect.lua's pages may list it), then ended (kept for its
+// borrowers), stays one span per key. (A second review's case.)
+func TestHistorySameEntryStaysOneSpan(t *testing.T) {
+	h := newHistory(100, time.Hour)
+	x, a := entry("x", 10, "k", "j"), entry("a", 0, "k", "j")
+	h.observe(snapAt(100,
+		lanes.KeyState{Key: "j", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)}, Waiters: []lanes.Waiter{{Entry: x, Position: 1, Expires: at(5000)}}},
+		lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{holder(a, 1, 0, 5000)}, Waiters: []lanes.Waiter{{Entry: x, Position: 1, Expires: at(5000)}}}))
+	hx := holder(x, 2, 200, 5000)
+	h.observe(snapAt(350,
+		lanes.KeyState{Key: "j", Limit: 1, Holders: []lanes.Holder{hx}},
+		lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{hx, hx}}))
+	hx.Ended = true
+	h.observe(snapAt(600,
+		lanes.KeyState{Key: "j", Limit: 1, Holders: []lanes.Holder{hx}},
+		lanes.KeyState{Key: "k", Limit: 1, Holders: []lanes.Holder{hx}}))
+	for _, key := range []string{"j", "k"} {
+		spans, _, _ := h.spans(key, at(0))
+		if len(spans) != 2 || spans[1].Entry != "x" || !spans[1].Open() || spans[1].Granted != at(200) || !spans[1].Ended {
+			t.Errorf("%s: spans() = %+v; want a, and x as one open span granted 200, ended", key, spans)
+		}
+	}
 }
 
 func TestHistoryEndBetweenLooksWhenNoHandOff(t *testing.T) {
