@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +61,27 @@ func procState(pid int) string {
 		}
 	}
 	return "?"
+}
+
+// stopped reports whether process pid is stopped: in state T, or in state
+// D with a stopped child. A shell that runs a command by vfork (dash does)
+// waits for the child to exec, uninterruptibly: when the SIGSTOP of their
+// group takes the child first, the shell stays in D, running nothing,
+// until the child is continued. (A CI run saw the tool's shell in D for
+// 20s while lanectl stopped it.)
+func stopped(pid int) bool {
+	switch procState(pid) {
+	case "T":
+		return true
+	case "D":
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && procState(c) == "T" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestLockSuspendedByTSTPEscapedChildDoesNotOutliveLease: as
