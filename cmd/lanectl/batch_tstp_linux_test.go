@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // TestBatchSuspendedByTSTPToolDoesNotOutliveLease: Ctrl-Z (SIGTSTP) on
@@ -58,12 +57,13 @@ concurrency = { key = "k" }
 		eventually(t, "the tool writes", func() bool { return pidIn(ready) > 0 && fileExists(log) }) // it writes its pid, then the log
 		tool := pidIn(ready)
 		a.signal(t, syscall.SIGTSTP)
-		for deadline := time.Now().Add(waitFor); !stopped(a.cmd.Process.Pid) || !stopped(tool); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting until lanectl and its tool are stopped: states %s and %s, %d lines written; stderr %q",
-					waitFor, procState(a.cmd.Process.Pid), procState(tool), len(logLines(t, log)), a.stderr)
+		defer func() {
+			if t.Failed() {
+				t.Logf("at the end: lanectl's state %s, the tool's %s, %d lines written; stderr %q",
+					procState(a.cmd.Process.Pid), procState(tool), len(logLines(t, log)), a.stderr)
 			}
-		}
+		}()
+		eventually(t, "lanectl and its tool are stopped", func() bool { return stopped(a.cmd.Process.Pid) && stopped(tool) })
 		a.signal(t, syscall.SIGCONT)
 		if code := a.wait(t); code != 0 {
 			t.Fatalf("batch continued in time = %d; want 0: %s", code, a.stderr)

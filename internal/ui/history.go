@@ -90,7 +90,7 @@ func (h *history) observe(snap *lanes.Snapshot) {
 	var gone []*Span
 	for _, k := range snap.Keys {
 		for _, ho := range k.Holders {
-			s := h.span(k.Key, ho.Entry, true, ho.Granted, ho.Token, now, &gone)
+			s := h.span(k.Key, ho.Entry, &ho, now, &gone)
 			s.Token, s.Expires, s.Ended = ho.Token, ho.Expires, s.Ended || ho.Ended
 			if s.heldSeen.IsZero() {
 				s.Granted, s.heldSeen = ho.Granted, now
@@ -99,7 +99,7 @@ func (h *history) observe(snap *lanes.Snapshot) {
 			seen[spanKey{k.Key, ho.ID}] = true
 		}
 		for _, w := range k.Waiters {
-			s := h.span(k.Key, w.Entry, false, time.Time{}, 0, now, &gone)
+			s := h.span(k.Key, w.Entry, nil, now, &gone)
 			s.Expires = w.Expires
 			seen[spanKey{k.Key, w.ID}] = true
 		}
@@ -124,13 +124,13 @@ func (h *history) observe(snap *lanes.Snapshot) {
 }
 
 // span returns the open span of entry e on key, made if new, and marks it
-// seen at now; holding, granted and token say how snap shows e. An open span of
-// an earlier entry under e's id (it left, and an entry was enqueued again
+// seen at now; ho is e as a holder, nil when e waits. An open span of an
+// earlier entry under e's id (it left, and an entry was enqueued again
 // under the same id, between two looks) is added to gone and replaced.
-func (h *history) span(key string, e lanes.Entry, holding bool, granted time.Time, token uint64, now time.Time, gone *[]*Span) *Span {
+func (h *history) span(key string, e lanes.Entry, ho *lanes.Holder, now time.Time, gone *[]*Span) *Span {
 	sk := spanKey{key, e.ID}
 	s := h.open[sk]
-	if s != nil && s.again(e, holding, granted, token) {
+	if s != nil && s.again(e, ho) {
 		*gone = append(*gone, s)
 		s = nil
 	}
@@ -143,23 +143,23 @@ func (h *history) span(key string, e lanes.Entry, holding bool, granted time.Tim
 	return s
 }
 
-// again reports whether e, as a look shows it (holding, granted at
-// granted with token), is another entry than s's under the same id:
+// again reports whether e, as a look shows it (ho: as a holder, nil when
+// it waits), is another entry than s's under the same id:
 // enqueued at another time, or waiting, or granted at another time or
 // with another fencing token, after s was seen holding. An entry never
 // waits again once granted, and is granted once; times are whole
 // milliseconds, and an id released and enqueued again within one is told
 // by its new token.
-func (s *Span) again(e lanes.Entry, holding bool, granted time.Time, token uint64) bool {
+func (s *Span) again(e lanes.Entry, ho *lanes.Holder) bool {
 	switch {
 	case !e.Enqueued.Equal(s.Enqueued):
 		return true
 	case s.heldSeen.IsZero():
 		return false
-	case !holding:
+	case ho == nil:
 		return true
 	default:
-		return !granted.Equal(s.Granted) || token != s.Token
+		return !ho.Granted.Equal(s.Granted) || ho.Token != s.Token
 	}
 }
 
