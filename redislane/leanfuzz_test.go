@@ -141,15 +141,30 @@ func (f *fz) clone() {
 	}
 }
 
-func drain(ps *redis.PubSub, prefix string) []string {
+// drain returns the hints ps received on the channels of namespace ns
+// ("channel payload", without the channel prefix lanes:{ns}:wake:) since
+// the last drain: every one a script published before the call, as it
+// publishes a fence on a channel of ps's pattern and reads up to it (Redis
+// delivers a connection's messages in the order it published them; a
+// fixed wait missed hints on a loaded machine).
+func (f *fz) drain(ps *redis.PubSub, ns string) []string {
+	prefix := "lanes:{" + ns + "}:wake:"
+	fence := prefix + "\x01fence"
+	if err := f.c.Publish(context.Background(), fence, "").Err(); err != nil {
+		f.t.Fatalf("PUBLISH %q: %v", fence, err)
+	}
 	var out []string
 	ch := ps.Channel()
+	timeout := time.After(30 * time.Second)
 	for {
 		select {
 		case m := <-ch:
+			if m.Channel == fence {
+				return out
+			}
 			out = append(out, strings.TrimPrefix(m.Channel, prefix)+" "+m.Payload)
-		case <-time.After(15 * time.Millisecond):
-			return out
+		case <-timeout:
+			f.t.Fatalf("the fence published on %q did not arrive in 30s", fence)
 		}
 	}
 }
@@ -511,14 +526,14 @@ func (f *fz) step(op fop) bool {
 		// step copies the first namespace again.
 		f.skipped++
 		f.t.Logf("step %d (%s) not compared: %s", len(f.log), op.desc, reason)
-		drain(f.subA, "")
-		drain(f.subB, "")
+		f.drain(f.subA, f.a)
+		f.drain(f.subB, f.b)
 		return true
 	}
 	now := time.Now().UnixMilli()
 	na := normer{ep: ep, now: now}
-	ha := drain(f.subA, "lanes:{"+f.a+"}:wake:")
-	hb := drain(f.subB, "lanes:{"+f.b+"}:wake:")
+	ha := f.drain(f.subA, f.a)
+	hb := f.drain(f.subB, f.b)
 	var ra2, rb2 any = ra, rb
 	if ea != nil {
 		ra2 = "ERR " + ea.Error()
@@ -1027,7 +1042,7 @@ func (f *fz) begin(keys ...string) {
 	for _, k := range keys {
 		f.c.HSet(ctx, nsKeys(f.a)[1], k, "1 1 5000000000000000 0")
 	}
-	drain(f.subA, "")
+	f.drain(f.subA, f.a)
 }
 
 // enqOp is an enqueue step of owner o (TTL 60 s) of the requests js (the
