@@ -134,7 +134,7 @@ func readProtocol(t *testing.T) protoDoc {
 	for _, sentence := range []string{
 		"The replies of `enqueue.lua`, `heartbeat.lua`, `release.lua` and `record.lua` travel as flat lists",
 		"`[epoch, [status, ...], more]` travels as `epoch`, `more`, then each status",
-		"a status `[id, state, [value, ...], seq, wait]` travels as its five elements `id`, `state`, `seq`, `wait`, `n`, then its `n` values",
+		"a status `[id, state, [value, ...], seq, wait, ttl]` travels as its six elements `id`, `state`, `seq`, `wait`, `ttl`, `n`, then its `n` values",
 		"`[epoch, [state per id], [granted ids]]` travels as `epoch`, the state of each id named, in order, then the granted ids",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(d.text), " "), sentence) {
@@ -268,6 +268,7 @@ type protoRunner struct {
 	src, sha map[string]string
 	noscript map[string]int
 	nonce    string
+	ttls     []int64 // the holder TTLs of the statuses of every reply so far (unflatStatuses)
 }
 
 func newProtoRunner(t *testing.T) *protoRunner {
@@ -398,10 +399,11 @@ func (r *protoRunner) call(script string, vals map[string]any) (any, error) {
 
 // unflatStatuses reads the flat reply v of enqueue.lua or heartbeat.lua
 // as PROTOCOL.md says it travels (Flat replies: epoch, more, then per
-// status id, state, seq, wait, n and n values) and returns it in the
+// status id, state, seq, wait, ttl, n and n values) and returns it in the
 // table's form, [epoch, [[id, state, [values], seq(, wait)], ...], more]:
 // seq only where the table writes one (0 travels for none), wait only
-// when above 0.
+// when above 0. The holder TTLs go to r.ttls, in order (Holder TTL: 0
+// for none; a status other than "w" travels 0).
 func (r *protoRunner) unflatStatuses(script string, v any) any {
 	r.t.Helper()
 	f, ok := v.([]any)
@@ -410,16 +412,21 @@ func (r *protoRunner) unflatStatuses(script string, v any) any {
 	}
 	list := []any{}
 	for at := 2; at < len(f); {
-		if at+5 > len(f) {
-			r.t.Fatalf("%s reply %#v: a status of fewer than five elements at %d", script, v, at)
+		if at+6 > len(f) {
+			r.t.Fatalf("%s reply %#v: a status of fewer than six elements at %d", script, v, at)
 		}
 		seq, ok1 := f[at+2].(int64)
 		wait, ok2 := f[at+3].(int64)
-		n, ok3 := f[at+4].(int64)
-		if !ok1 || !ok2 || !ok3 || n < 0 || at+5+int(n) > len(f) {
-			r.t.Fatalf("%s reply %#v: the status at %d has no integer seq, wait and count of its values", script, v, at)
+		ttl, ok4 := f[at+4].(int64)
+		n, ok3 := f[at+5].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || n < 0 || ttl < 0 || at+6+int(n) > len(f) {
+			r.t.Fatalf("%s reply %#v: the status at %d has no integer seq, wait, ttl and count of its values", script, v, at)
 		}
-		st := []any{f[at], f[at+1], slices.Clone(f[at+5 : at+5+int(n)])}
+		if state, _ := f[at+1].(string); state != "w" && ttl != 0 {
+			r.t.Fatalf("%s reply %#v: a status %q travels ttl %d; want 0 (Holder TTL: waiting statuses only)", script, v, state, ttl)
+		}
+		r.ttls = append(r.ttls, ttl)
+		st := []any{f[at], f[at+1], slices.Clone(f[at+6 : at+6+int(n)])}
 		if state, _ := f[at+1].(string); tuples(r.t, r.doc.replies[script])[state].extra != "" {
 			st = append(st, seq)
 		} else if seq != 0 {
@@ -429,7 +436,7 @@ func (r *protoRunner) unflatStatuses(script string, v any) any {
 			st = append(st, wait)
 		}
 		list = append(list, st)
-		at += 5 + int(n)
+		at += 6 + int(n)
 	}
 	return []any{f[0], list, f[1]}
 }
@@ -1973,6 +1980,48 @@ func TestProtocolTakeOverRealRedis(t *testing.T) {
 	}
 	r.heartbeat(a, ttl, []string{"W", "g"}, "W")
 	r.heartbeat(b, ttl, []string{"W", "w"}, "W")
+}
+
+// TestProtocolHolderTTLRealRedis: as PROTOCOL.md's Holder TTL says, a
+// waiting status carries the ms until the first lease of a holder of its
+// keys runs out, on enqueue.lua (lean, and general with a lineage) and
+// heartbeat.lua; a held status, and a waiter whose keys have no holder,
+// carry 0; and after that many ms, a heartbeat of the waiter reaps the
+// holder that was not renewed (its runner died) and grants.
+func TestProtocolHolderTTLRealRedis(t *testing.T) {
+	secNoLeaks(t)
+	r := newProtoRunner(t)
+	dead, w := "owner-dead-"+r.nonce, "owner-w-"+r.nonce
+	const short, long = 400, 60000
+	r.mustEnqueue(dead, short, []string{"H", "h"}, req("H", lane("k", 1)))
+	r.ttls = nil
+	r.mustEnqueue(w, long, []string{"W", "w", "X", "w"}, req("W", [][]any{{"k", 1}, {"b", 1}}), req("X", lane("b", 1)))
+	if len(r.ttls) != 2 || r.ttls[0] <= 0 || r.ttls[0] > short || r.ttls[1] != 0 {
+		t.Fatalf("enqueue.lua: holder TTLs %v; want W's in (0, %d] and X's 0 (b has a waiter and no holder)", r.ttls, short)
+	}
+	r.ttls = nil
+	r.mustEnqueue(w, long, []string{"N", "w"}, req("N", lane("k", 1), "l", "outer-"+r.nonce))
+	if len(r.ttls) != 1 || r.ttls[0] <= 0 || r.ttls[0] > short {
+		t.Fatalf("enqueue.lua with a lineage (the general path): holder TTLs %v; want one in (0, %d]", r.ttls, short)
+	}
+	r.ttls = nil
+	r.heartbeat(w, long, []string{"W", "w"}, "W")
+	if len(r.ttls) != 1 || r.ttls[0] <= 0 || r.ttls[0] > short {
+		t.Fatalf("heartbeat.lua: holder TTLs %v; want one in (0, %d]", r.ttls, short)
+	}
+	for left := r.ttls[0]; ; {
+		time.Sleep(time.Duration(left+1) * time.Millisecond)
+		r.ttls = nil
+		v := r.mustCall("heartbeat.lua", map[string]any{"TTL ms": long, "owner id": w, "entry ids...": []string{"W"}})
+		st := v.([]any)[1].([]any)[0].([]any)
+		if st[1] == "h" {
+			break
+		}
+		if left = r.ttls[0]; left == 0 {
+			t.Fatalf("heartbeat.lua after the holder TTL: W is %v with no holder TTL; want held", st)
+		}
+	}
+	r.release(w, 0, "W", "X", "N")
 }
 
 func mustAtoi(t *testing.T, s string) int {

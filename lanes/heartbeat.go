@@ -33,8 +33,8 @@ func (s *Session) untrack(e *entry) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
-	if e.rateWake != nil {
-		e.rateWake.Stop()
+	if e.pollWake != nil {
+		e.pollWake.Stop()
 	}
 	delete(s.entries, e.id)
 	delete(s.hinted, e.id)
@@ -61,8 +61,8 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 	case Waiting:
 		if e.lease == nil {
 			s.renew(e, sent)
-			if st.RateWait > 0 {
-				s.pollAfter(e, st.RateWait)
+			if d := pollDelay(st); d > 0 {
+				s.pollAfter(e, d)
 			}
 		}
 	case Gone:
@@ -102,17 +102,30 @@ func (s *Session) noteEpoch(sts []Status) {
 	}
 }
 
-// pollAfter polls the waiting entry e after d, when a rate that holds it
-// back could have room: no hint comes when a rate's window frees, so the
-// entry asks then, instead of at the next heartbeat or by polling blindly.
-// d counts from the step's answer, which came after the backend's clock
-// read it, so the poll is never early; 1ms more absorbs the backend's
-// rounding to whole milliseconds. s.mu is held.
-func (s *Session) pollAfter(e *entry, d time.Duration) {
-	if e.rateWake != nil {
-		e.rateWake.Stop()
+// pollDelay is when, after a step, its waiting entry is polled
+// (pollAfter): the earlier of Status.RateWait and Status.HolderTTL that is
+// set, or 0 for neither.
+func pollDelay(st Status) time.Duration {
+	d := st.RateWait
+	if t := st.HolderTTL; t > 0 && (d == 0 || t < d) {
+		d = t
 	}
-	e.rateWake = time.AfterFunc(d+time.Millisecond, func() {
+	return d
+}
+
+// pollAfter polls the waiting entry e after d, when a rate that holds it
+// back could have room or the first lease of a holder before it runs out:
+// no hint comes when a rate's window frees or a dead holder's lease runs
+// out, so the entry asks then, instead of at the next heartbeat or by
+// polling blindly. d counts from the step's answer, which came after the
+// backend's clock read it, so the poll is never early; 1ms more absorbs the
+// backend's rounding to whole milliseconds. A live holder renews its lease
+// before then, and the poll's answer sets the next time. s.mu is held.
+func (s *Session) pollAfter(e *entry, d time.Duration) {
+	if e.pollWake != nil {
+		e.pollWake.Stop()
+	}
+	e.pollWake = time.AfterFunc(d+time.Millisecond, func() {
 		s.mu.Lock()
 		poll := !e.finished && e.lease == nil
 		if poll {

@@ -198,7 +198,36 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 		out[i] = st.enqueueOne(owner, ttl, r)
 		out[i].Epoch = m.epoch
 	}
+	st.holderTTLs(out)
 	return out, nil
+}
+
+// holderTTLs sets Status.HolderTTL on the waiting statuses of out, from
+// the holders the step leaves (a later request of an enqueue may be
+// granted a key an earlier one waits on), as lib.lua's finish does. m.mu
+// is held.
+func (st *step) holderTTLs(out []Status) {
+	m := st.m
+	for i := range out {
+		e := m.entries[out[i].ID]
+		if out[i].State != Waiting || out[i].Err != nil || e == nil || e.held {
+			continue
+		}
+		var first time.Time
+		for _, l := range e.Lanes {
+			if e.borrowed[l.Key] != nil {
+				continue
+			}
+			for _, h := range m.holders[l.Key] {
+				if h.deadline.After(st.now) && (first.IsZero() || h.deadline.Before(first)) {
+					first = h.deadline
+				}
+			}
+		}
+		if !first.IsZero() {
+			out[i].HolderTTL = first.Sub(st.now)
+		}
+	}
 }
 
 // enqueueOne places r, or answers for the entry of its id. m.mu is held.
@@ -352,6 +381,7 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 		out[i] = m.status(e, false)
 		out[i].Epoch = m.epoch
 	}
+	st.holderTTLs(out)
 	m.mu.Unlock()
 	st.notify()
 	return out, nil

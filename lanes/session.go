@@ -85,7 +85,7 @@ type entry struct {
 	id       string
 	deadline time.Time   // local: last renewal sent + TTL - margin
 	timer    *time.Timer // fires at deadline
-	rateWake *time.Timer // fires when a rate that holds it back could have room
+	pollWake *time.Timer // fires when a rate that holds it back could have room, or a holder's lease before it runs out
 	ready    chan struct{}
 	lease    *Lease        // set once granted
 	err      error         // set when it ended without a grant

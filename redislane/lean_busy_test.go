@@ -158,10 +158,11 @@ func countedSteps(t *testing.T, c *redis.Client) func(ns, script string, args ..
 	}
 }
 
-// nestedReply is the flat reply r of script (protocol 3) in the nested
+// nestedReply is the flat reply r of script (protocol 4) in the nested
 // form of protocol 2, which these tests read: {epoch, {{id, state,
-// {values}, seq(, wait)}, ...}, more} for enqueue and heartbeat, {epoch,
-// {state per id}, {granted ids}} for release (ids: how many it named).
+// {values}, seq(, wait)}, ...}, more} for enqueue and heartbeat (without
+// the holder TTLs: TestHolderTTLRealRedis reads those), {epoch, {state per
+// id}, {granted ids}} for release (ids: how many it named).
 func nestedReply(t testing.TB, script string, r []any, ids int) []any {
 	t.Helper()
 	if script == "release" {
@@ -172,13 +173,13 @@ func nestedReply(t testing.TB, script string, r []any, ids int) []any {
 	}
 	var list []any
 	for at := 2; at < len(r); {
-		n, _ := r[at+4].(int64)
-		st := []any{r[at], r[at+1], r[at+5 : at+5+int(n)], r[at+2]}
+		n, _ := r[at+5].(int64)
+		st := []any{r[at], r[at+1], r[at+6 : at+6+int(n)], r[at+2]}
 		if w, _ := r[at+3].(int64); w > 0 {
 			st = append(st, w)
 		}
 		list = append(list, st)
-		at += 5 + int(n)
+		at += 6 + int(n)
 	}
 	return []any{r[0], list, r[1]}
 }

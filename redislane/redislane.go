@@ -45,16 +45,18 @@ var (
 const DefaultPrefix = "lanes"
 
 // Protocol is the version of the scripts' protocol (docs/PROTOCOL.md) this
-// package speaks; every script checks it. Protocol 3 answers in flat lists
-// and keeps protocol 2's keyspace, whose version (2) the namespace's state
-// records: runners of protocols 2 and 3 share a namespace.
-const Protocol = "3"
+// package speaks; every script checks it. Protocol 3 answers in flat lists,
+// and protocol 4 adds a waiting status's holder TTL (lanes.Status.HolderTTL)
+// to them; both keep protocol 2's keyspace, whose version (2) the
+// namespace's state records: runners of protocols 2, 3 and 4 share a
+// namespace.
+const Protocol = "4"
 
 // ErrProtocol reports scripts that speak another protocol than Protocol, or
 // a namespace whose state this version does not read: protocol 1's keys
 // (lanectl doctor --repair deletes them once no older client holds an
 // entry), or a keyspace of a later version of lanes. Runners of protocols
-// 2 and 3 share one keyspace, and a namespace.
+// 2, 3 and 4 share one keyspace, and a namespace.
 var ErrProtocol = errors.New("redislane: protocol version mismatch")
 
 // ErrEvictable reports a Redis server whose maxmemory-policy may evict the

@@ -21,8 +21,8 @@ func malformed(what string, v any) error {
 }
 
 // parseStatuses reads the flat reply of enqueue.lua and heartbeat.lua
-// (docs/PROTOCOL.md, protocol 3): {epoch, more, then per status: id,
-// state, seq, wait ms, n, and n values}, n statuses.
+// (docs/PROTOCOL.md, protocol 4): {epoch, more, then per status: id,
+// state, seq, wait ms, holder TTL ms, n, and n values}, n statuses.
 func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	f, ok := v.([]any)
 	if !ok || len(f) < 2 {
@@ -36,19 +36,20 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	out := make([]lanes.Status, n)
 	at := 2
 	for i := range out {
-		if at+5 > len(f) {
+		if at+6 > len(f) {
 			return nil, malformed("status", v)
 		}
 		id, ok1 := f[at].(string)
 		state, ok2 := f[at+1].(string)
 		seq, ok3 := f[at+2].(int64)
 		wait, ok4 := f[at+3].(int64)
-		m, ok5 := f[at+4].(int64)
-		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || seq < 0 || wait < 0 || m < 0 || int64(len(f)-at-5) < m {
+		ttl, ok5 := f[at+4].(int64)
+		m, ok6 := f[at+5].(int64)
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || seq < 0 || wait < 0 || ttl < 0 || m < 0 || int64(len(f)-at-6) < m {
 			return nil, malformed("status", v)
 		}
-		detail := f[at+5 : at+5+int(m)]
-		at += 5 + int(m)
+		detail := f[at+6 : at+6+int(m)]
+		at += 6 + int(m)
 		refused := state == "e" || state == "x" || state == "t" || state == "b"
 		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) || (state == "g" && len(detail) != 0) ||
 			(!refused && state != "c" && len(detail)%2 != 0) {
@@ -68,6 +69,9 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		st := lanes.Status{ID: id, Epoch: epoch, Backlog: more == 1, Seq: uint64(seq)}
 		if wait > 0 { // rate lanes: ms until a rate could have room
 			st.RateWait = time.Duration(wait) * time.Millisecond
+		}
+		if ttl > 0 && state == "w" { // ms until the first lease of a holder before it runs out
+			st.HolderTTL = time.Duration(ttl) * time.Millisecond
 		}
 		switch state {
 		case "h":

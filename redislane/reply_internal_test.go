@@ -9,7 +9,7 @@ import (
 	"github.com/lanes-dev/lanes/lanes"
 )
 
-// The parsers of protocol 3's flat replies (docs/PROTOCOL.md, Flat
+// The parsers of protocol 4's flat replies (docs/PROTOCOL.md, Flat
 // replies) refuse, as ErrUnavailable, every reply that is not of the
 // documented shape, never reading it as something else: a break-it
 // review found a position that was no integer read as 0, a key that was
@@ -20,19 +20,22 @@ func TestReplyParsersRefuseMalformed(t *testing.T) {
 		name string
 		v    []any
 	}{
-		{"w position not an integer", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(2), "K", "notanumber"}},
-		{"w position 0", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(2), "K", int64(0)}},
-		{"w key not a string", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(2), int64(5), int64(1)}},
-		{"h key not a string", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(2), nil, "12"}},
-		{"h token not a number", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(2), "K", "x"}},
-		{"g with values", []any{"ep", int64(0), "a", "g", int64(0), int64(0), int64(2), "K", "12"}},
-		{"more 7", []any{"ep", int64(7), "a", "g", int64(0), int64(0), int64(0)}},
-		{"e message not a string", []any{"ep", int64(0), "a", "e", int64(0), int64(0), int64(1), int64(3)}},
-		{"seq below 0", []any{"ep", int64(0), "a", "w", int64(-5), int64(0), int64(0)}},
-		{"wait below 0", []any{"ep", int64(0), "a", "w", int64(5), int64(-1), int64(0)}},
-		{"fewer values than counted", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(4), "K", "1"}},
-		{"a status too many", []any{"ep", int64(0), "a", "g", int64(0), int64(0), int64(0), "b", "g", int64(0), int64(0), int64(0)}},
-		{"a state unknown", []any{"ep", int64(0), "a", "q", int64(0), int64(0), int64(0)}},
+		{"w position not an integer", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(0), int64(2), "K", "notanumber"}},
+		{"w position 0", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(0), int64(2), "K", int64(0)}},
+		{"w key not a string", []any{"ep", int64(0), "a", "w", int64(1), int64(0), int64(0), int64(2), int64(5), int64(1)}},
+		{"h key not a string", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(0), int64(2), nil, "12"}},
+		{"h token not a number", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(0), int64(2), "K", "x"}},
+		{"g with values", []any{"ep", int64(0), "a", "g", int64(0), int64(0), int64(0), int64(2), "K", "12"}},
+		{"more 7", []any{"ep", int64(7), "a", "g", int64(0), int64(0), int64(0), int64(0)}},
+		{"e message not a string", []any{"ep", int64(0), "a", "e", int64(0), int64(0), int64(0), int64(1), int64(3)}},
+		{"seq below 0", []any{"ep", int64(0), "a", "w", int64(-5), int64(0), int64(0), int64(0)}},
+		{"wait below 0", []any{"ep", int64(0), "a", "w", int64(5), int64(-1), int64(0), int64(0)}},
+		{"holder TTL below 0", []any{"ep", int64(0), "a", "w", int64(5), int64(0), int64(-1), int64(0)}},
+		{"holder TTL not an integer", []any{"ep", int64(0), "a", "w", int64(5), int64(0), "9", int64(0)}},
+		{"a protocol 3 status (no holder TTL)", []any{"ep", int64(0), "a", "w", int64(5), int64(0), int64(2), "K", int64(1)}},
+		{"fewer values than counted", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(0), int64(4), "K", "1"}},
+		{"a status too many", []any{"ep", int64(0), "a", "g", int64(0), int64(0), int64(0), int64(0), "b", "g", int64(0), int64(0), int64(0), int64(0)}},
+		{"a state unknown", []any{"ep", int64(0), "a", "q", int64(0), int64(0), int64(0), int64(0)}},
 	} {
 		if st, err := parseStatuses(c.v, 1); !errors.Is(err, lanes.ErrUnavailable) {
 			t.Errorf("%s: parseStatuses(%v) = %+v, %v; want ErrUnavailable", c.name, c.v, st, err)
@@ -44,13 +47,13 @@ func TestReplyParsersRefuseMalformed(t *testing.T) {
 		}
 	}
 	// and what they are for: the documented example of PROTOCOL.md
-	st, err := parseStatuses([]any{"1796061103629244", int64(0), "e1", "h", int64(0), int64(0), int64(2), "k", "1839166570116346"}, 1)
+	st, err := parseStatuses([]any{"1796061103629244", int64(0), "e1", "h", int64(0), int64(0), int64(0), int64(2), "k", "1839166570116346"}, 1)
 	if err != nil || st[0].State != lanes.Held || st[0].Tokens["k"] != 1839166570116346 || st[0].Epoch != "1796061103629244" {
 		t.Errorf("parseStatuses of an uncontended grant = %+v, %v", st, err)
 	}
-	st, err = parseStatuses([]any{"ep", int64(1), "a", "w", int64(7), int64(30), int64(2), "K", int64(3), "b", "g", int64(0), int64(0), int64(0)}, 2)
+	st, err = parseStatuses([]any{"ep", int64(1), "a", "w", int64(7), int64(30), int64(450), int64(2), "K", int64(3), "b", "g", int64(0), int64(0), int64(0), int64(0)}, 2)
 	if err != nil || st[0].State != lanes.Waiting || st[0].Positions["K"] != 3 || st[0].Seq != 7 || !st[0].Backlog ||
-		st[0].RateWait.Milliseconds() != 30 || st[1].State != lanes.Gone {
+		st[0].RateWait.Milliseconds() != 30 || st[0].HolderTTL.Milliseconds() != 450 || st[1].State != lanes.Gone {
 		t.Errorf("parseStatuses of a waiter and a gone entry = %+v, %v", st, err)
 	}
 	r, err := parseReleased([]any{"ep", "h", "w2"}, 1)

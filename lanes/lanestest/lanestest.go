@@ -52,6 +52,8 @@ func Run(t *testing.T, h Harness) {
 		{"ClosedSessionHandsOffInQueueOrder", testClosedSessionHandsOffInQueueOrder},
 		{"FreedAcrossKeysInQueueOrder", testFreedAcrossKeysInQueueOrder},
 		{"DeadHolderExpires", testDeadHolder},
+		{"HolderTTL", testHolderTTL},
+		{"DeadHolderTakenOverAtItsDeadline", testDeadHolderTakenOverAtItsDeadline},
 		{"DeadWaiterIsPurged", testDeadWaiter},
 		{"StatsCountExpiries", testStats},
 		{"LiveWaiterIsNeverEvicted", testLiveWaiter},

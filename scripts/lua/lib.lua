@@ -41,8 +41,9 @@
 -- ARGV[1] is always the protocol version, ARGV[2] the prefix of the
 -- grant-hint channels: the owner id is appended to it, and the prefix
 -- alone is the namespace's channel, where a reset is announced. Protocol
--- 3 is protocol 2 with flat replies (finish, and the lean steps): the
--- keyspace is protocol 2's, and runners of the two share a namespace.
+-- 3 is protocol 2 with flat replies (finish, and the lean steps); protocol
+-- 4 is protocol 3 with a waiting status's holder TTL (first_deadline). The
+-- keyspace is protocol 2's, and runners of the three share a namespace.
 --
 -- Entry record (the value in entries, without its id): {o = owner id,
 -- h = host, p = pid, c = call id, t = tool, n = tenant (strings; c, t and
@@ -58,7 +59,7 @@
 -- its slots for them); an entry with v or z is gone to its owner}.
 
 -- The bounds. package lanes has the same constants (a test compares them).
-local PROTOCOL = '3'
+local PROTOCOL = '4'
 local KEYSPACE = '2' -- the version of the keyspace, the first field of the marker of lanes
 local MAX_KEY_LEN = 512       -- bytes in a lane key
 local MAX_ID_LEN = 256        -- bytes in an entry or owner id
@@ -1408,8 +1409,32 @@ local function status(e, positions, last)
       end
     end
   end
-  if wait > 0 then return {e.id, 'w', detail, e.q, wait} end
-  return {e.id, 'w', detail, e.q}
+  return {e.id, 'w', detail, e.q, wait, e} -- finish adds its holder TTL (first_deadline)
+end
+
+-- first_deadline returns the earliest deadline still ahead (ms of the Redis
+-- clock) of the holders of key, or false when it has none, or more than
+-- PURGE_ALL (then none is looked at); seen memoizes it per key within one
+-- finish. A waiting status carries that deadline less NOW for the keys its
+-- entry queues on, its holder TTL: a holder whose runner died sends no
+-- hint, so its waiters poll when its lease runs out (issue 12). A deadline
+-- at or before NOW belongs to an entry a bounded reap left (more is set)
+-- or a lender kept for its borrowers: not a time to poll at.
+local function first_deadline(key, seen)
+  local v = seen[key]
+  if v == nil then
+    v = false
+    local h = kget(key).h
+    if #h > 0 and #h <= PURGE_ALL then
+      local dls = mcall('ZMSCORE', K_DEADLINES, h)
+      for i = 1, #h do
+        local d = tonumber(dls[i])
+        if d and d > NOW and (not v or d < v) then v = d end
+      end
+    end
+    seen[key] = v
+  end
+  return v
 end
 
 -- finish writes the key records that changed and publishes one hint per
@@ -1442,12 +1467,24 @@ local function finish(out, was)
   if out then
     -- enqueue.lua's and heartbeat.lua's: more, then per status (status(),
     -- {id, code, {message, ...}} for a refusal, {id, "g", {}} for an
-    -- entry gone) its id, state, seq, wait ms, n, and its n values
+    -- entry gone) its id, state, seq, wait ms, holder TTL ms, n, and its n
+    -- values
     r[2] = MORE and 1 or 0
+    local seen = {}
     for _, st in ipairs(out) do
-      local d, n = st[3], #r
-      r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5] = st[1], st[2], st[4] or 0, st[5] or 0, #d
-      for j = 1, #d do r[n + 5 + j] = d[j] end
+      local d, n, e, ttl = st[3], #r, st[6], 0
+      if e then
+        local first = false
+        for _, kl in ipairs(e.k) do
+          if not borrowed(e, kl[1]) then
+            local v = first_deadline(kl[1], seen)
+            if v and (not first or v < first) then first = v end
+          end
+        end
+        if first then ttl = first - NOW end
+      end
+      r[n + 1], r[n + 2], r[n + 3], r[n + 4], r[n + 5], r[n + 6] = st[1], st[2], st[4] or 0, st[5] or 0, ttl, #d
+      for j = 1, #d do r[n + 6 + j] = d[j] end
     end
   elseif was then
     -- release.lua's and record.lua's: the state of each id, in order, then
@@ -1865,22 +1902,51 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- lean_live reports whether every id of list has a deadline that has
   -- not passed (purge's test: a purge removes none). With nothing expired,
   -- only the id "\0" (deadlines' marker, scored -inf; a holder so named
-  -- only by hand) fails it having one.
-  local function lean_live(list)
+  -- only by hand) fails it having one. Then, for each key state st that
+  -- lean_holders gave ids of list, it sets st[6] to the earliest of their
+  -- deadlines (first_deadline).
+  local function lean_live(list, sts)
     if #list == 0 then return true end
     local dls = mcall('ZMSCORE', K_DEADLINES, list)
     for i = 1, #list do
       if not dls[i] or tonumber(dls[i]) <= NOW then return false end
     end
+    for _, st in ipairs(sts or {}) do
+      local first = tonumber(dls[st[6]])
+      for i = st[6] + 1, st[7] do
+        local d = tonumber(dls[i])
+        if d < first then first = d end
+      end
+      st[6] = first
+    end
     return true
   end
 
   -- lean_holders appends to list the holder ids of st that a purge would
-  -- look at (stale, after a reap that found nothing expired).
-  local function lean_holders(list, st)
+  -- look at (stale, after a reap that found nothing expired), and, when
+  -- sts is given, st to sts, with the place of its first and last id in
+  -- list as st[6], st[7] (lean_live).
+  local function lean_holders(list, st, sts)
     if st[4] > 0 and st[4] <= PURGE_ALL then
+      local first = #list + 1
       for id in string.gmatch(st[3], '%S+') do list[#list + 1] = id end
+      if sts then
+        st[6], st[7] = first, #list
+        sts[#sts + 1] = st
+      end
     end
+  end
+
+  -- lean_ttl is first_deadline for a lean step on the key state st: the
+  -- earlier of the earliest deadline of the holders the step started with
+  -- (st[6], from lean_live) and, when the step granted the key (st[8]),
+  -- the deadline of its grants (dl); nil without holders, or with more
+  -- than PURGE_ALL.
+  local function lean_ttl(st, dl)
+    if st[4] > PURGE_ALL then return nil end
+    local first = st[6]
+    if st[8] and (not first or dl < first) then first = dl end
+    return first
   end
 
   do -- (lean_enqueue's parts, locals of this block: Lua takes 200 locals at once)
@@ -1995,9 +2061,9 @@ do -- (the lean steps' helpers: locals of this block alone)
       if not has then return nil end
       seq = lean_confirm()
       if not seq or seq + 1 > MAX_SEQ then return nil end
-      local stay = {}
-      lean_holders(stay, st)
-      if not lean_live(stay) then return nil end
+      local stay, sts = {}, {}
+      lean_holders(stay, st, sts)
+      if not lean_live(stay, sts) then return nil end
     end
     if NOW < TOMBS and not untombed({id}) then return nil end
     local rec0 = LEAN_HEAD .. v[3] .. ',"k":[' .. v[2] .. ']'
@@ -2009,7 +2075,7 @@ do -- (the lean steps' helpers: locals of this block alone)
       redis.call('HSET', K_ENTRIES, id, rec)
       redis.call('ZADD', K_DEADLINES, lean_deadline(LEAN_TTL), id)
       redis.call('HSET', K_LANES, key, lean_line(st))
-      return {EPOCH, 0, id, 'h', 0, 0, 2, key, tok}
+      return {EPOCH, 0, id, 'h', 0, 0, 0, 2, key, tok}
     end
     seq = seq + 1
     st[2] = st[2] + 1
@@ -2021,7 +2087,8 @@ do -- (the lean steps' helpers: locals of this block alone)
     redis.call('ZADD', K_QUEUE, '0', qmember(key, seq, id))
     redis.call('HSET', K_LANES, key, lean_line(st))
     redis.call('HSET', K_META, 'seq', dec(seq))
-    return {EPOCH, 0, id, 'w', seq, 0, 2, key, st[2]}
+    local first = lean_ttl(st)
+    return {EPOCH, 0, id, 'w', seq, 0, first and first - NOW or 0, 2, key, st[2]}
   end
 
   -- lean_decide is the rest of a lean enqueue, from its reads: ks, the
@@ -2030,14 +2097,14 @@ do -- (the lean steps' helpers: locals of this block alone)
     -- A key with holders or waiters keeps its limit, and the rate its
     -- holders carry must be none (rate_recorded reads the first holder's
     -- record); then the general path confirms the state and purges.
-    local seq, firsts, stay = 0, {}, {}
+    local seq, firsts, stay, sts = 0, {}, {}, {}
     for i = 1, #keys do
       local st = ks[keys[i]]
       if st[5] then
         if st[5] ~= limits[keys[i]] then return nil end -- LANES_LIMIT
         if st[4] == 0 then return nil end -- waiters alone: their rate is the head's
         firsts[#firsts + 1] = string.match(st[3], '^ (%S+)')
-        lean_holders(stay, st)
+        lean_holders(stay, st, sts)
       end
     end
     if #firsts > 0 or dup then
@@ -2059,14 +2126,14 @@ do -- (the lean steps' helpers: locals of this block alone)
         end
       end
       seq = lean_confirm()
-      if not seq or seq + #reqs > MAX_SEQ or not lean_live(stay) then return nil end
+      if not seq or seq + #reqs > MAX_SEQ or not lean_live(stay, sts) then return nil end
     end
 
     -- last, as in enqueue.lua: its one command is for a step lean otherwise
     if not untombed(ids) then return nil end
 
     -- Decided: grants and queue places in order, then the writes.
-    local out, recs, dls, members, seq0 = {EPOCH, 0}, {}, {}, {}, seq
+    local out, recs, dls, members, seq0, waits = {EPOCH, 0}, {}, {}, {}, seq, {}
     local dl = lean_deadline(LEAN_TTL)
     local head = LEAN_HEAD
     for i = 1, #reqs do
@@ -2082,18 +2149,18 @@ do -- (the lean steps' helpers: locals of this block alone)
       end
       local rec0 = head .. r[4] .. ',"k":[' .. r[3] .. ']'
       local rec
-      -- its status: id, state, seq, wait, 2 per lane, then key and token
-      -- (held) or position (waiting), lane by lane
+      -- its status: id, state, seq, wait, holder TTL, 2 per lane, then
+      -- key and token (held) or position (waiting), lane by lane
       local o = #out
-      out[o + 1], out[o + 3], out[o + 4], out[o + 5] = id, 0, 0, 2 * #lanes
+      out[o + 1], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = id, 0, 0, 0, 2 * #lanes
       if now then
         local x, plain = {}, true
         for j = 1, #lanes do
           local key = lanes[j][1]
           local st = ks[key]
-          st[5], st[3], st[4] = lanes[j][2], st[3] .. ' ' .. id, st[4] + 1
+          st[5], st[3], st[4], st[8] = lanes[j][2], st[3] .. ' ' .. id, st[4] + 1, true
           local tok = lean_token(st)
-          out[o + 4 + 2 * j], out[o + 5 + 2 * j] = key, tok
+          out[o + 5 + 2 * j], out[o + 6 + 2 * j] = key, tok
           x[j] = '"' .. key .. '":"' .. tok .. '"'
           if string.byte(tok) == 45 then plain = false end
         end
@@ -2108,8 +2175,10 @@ do -- (the lean steps' helpers: locals of this block alone)
           st[5], st[2] = lanes[j][2], st[2] + 1
           members[#members + 1] = '0'
           members[#members + 1] = qmember(key, seq, id)
-          out[o + 4 + 2 * j], out[o + 5 + 2 * j] = key, st[2] -- last on each key: its place is the count
+          out[o + 5 + 2 * j], out[o + 6 + 2 * j] = key, st[2] -- last on each key: its place is the count
         end
+        local n = #waits -- its holder TTL, once the step's grants are known
+        waits[n + 1], waits[n + 2] = o + 5, lanes
         local qs = tostring(seq) -- as cjson writes it (a seq from a meta edited by hand may be no whole number)
         rec = rec0 .. ',"s":"w","q":' .. qs .. ',"e":' .. nowS .. '}'
         if seq >= 0 and seq % 1 == 0 then rec_wrote(rec, owner, 'w', qs, nowS, lanes, rec0) end
@@ -2117,6 +2186,15 @@ do -- (the lean steps' helpers: locals of this block alone)
       end
       recs[2 * i - 1], recs[2 * i] = id, rec
       dls[2 * i - 1], dls[2 * i] = dl, id
+    end
+    local dlN = tonumber(dl)
+    for i = 1, #waits, 2 do
+      local first
+      for _, lane in ipairs(waits[i + 1]) do
+        local v = lean_ttl(ks[lane[1]], dlN)
+        if v and (not first or v < first) then first = v end
+      end
+      if first then out[waits[i]] = first - NOW end
     end
     mrun('HSET', K_ENTRIES, recs)
     mrun('ZADD', K_DEADLINES, dls)

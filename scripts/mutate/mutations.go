@@ -411,9 +411,25 @@ return r`},
 		Name: "lean/one-busy-holders-unchecked",
 		What: "the lean enqueue of one request on a busy key counts a holder that lost its deadline: the general path purges it and grants the request, the lean one queues it behind nobody alive",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      if not lean_live(stay) then return nil end`, New: `      if false then return nil end`},
+			{File: "scripts/lua/lib.lua", Old: `      if not lean_live(stay, sts) then return nil end`, New: `      if false then return nil end`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestLeanFuzz",
+	},
+	{
+		Name: "lean/holder-ttl-without-the-step's-grants",
+		What: "a lean enqueue's waiting status tells the holder TTL of the holders its keys had before the step, not of one a later request of the same step was granted: a waiter learns a later time than the first lease to run out before it, where the general path counts every holder the step leaves",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `    if st[8] and (not first or dl < first) then first = dl end`, New: `    if false then first = dl end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTL|TestLeanFuzz",
+	},
+	{
+		Name: "core/session-ignores-holder-ttl",
+		What: "the Session polls a waiting entry only when a rate holds it back, not when its status gives a holder TTL: a waiter behind a holder whose runner died is granted at its next heartbeat, up to a third of its TTL after the lease ran out",
+		Edits: []Edit{
+			{File: "lanes/heartbeat.go", Old: `	if t := st.HolderTTL; t > 0 && (d == 0 || t < d) {`, New: `	if t := st.HolderTTL; false && t > 0 && (d == 0 || t < d) {`},
+		},
+		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/DeadHolderTakenOverAtItsDeadline",
 	},
 	{
 		Name: "lean/one-handoff-unconfirmed",
