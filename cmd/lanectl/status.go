@@ -87,26 +87,25 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 			}
 		}
 	}
-	if len(v.Keys) > 0 {
-		v.idleLine = idleLine(o.keys, v.Keys)
-	}
+	v.noteIdle(o.keys)
 	return newPrinter(cmd.OutOrStdout(), o.global.json).Status(v)
 }
 
-// idleLine says which of the keys named have no holders or waiters, when
-// others do ("" when none is idle): the table of the busy ones would
-// leave them out without a word.
-func idleLine(named []string, busy []statusKey) string {
-	var idle []string
+// noteIdle sets IdleKeys to the keys of named (in order, once each) that
+// have no holders or waiters and, when others do, the table's last line
+// that names them ("no holders or waiters for ..."): the table of the busy
+// ones would leave them out without a word.
+func (v *statusView) noteIdle(named []string) {
+	v.IdleKeys = nil
 	for _, k := range dedupe(named) {
-		if !slices.ContainsFunc(busy, func(b statusKey) bool { return b.Key == k }) {
-			idle = append(idle, k)
+		if !slices.ContainsFunc(v.Keys, func(b statusKey) bool { return b.Key == k }) {
+			v.IdleKeys = append(v.IdleKeys, k)
 		}
 	}
-	if len(idle) == 0 {
-		return ""
+	v.idleLine = ""
+	if len(v.Keys) > 0 && len(v.IdleKeys) > 0 {
+		v.idleLine = "no holders or waiters for " + strings.Join(v.IdleKeys, ", ")
 	}
-	return "no holders or waiters for " + strings.Join(idle, ", ")
 }
 
 // overdueLine says that n entries shown had passed their deadline and were
@@ -142,13 +141,16 @@ type statusView struct {
 	// OtherKeys: the keys named have no holders or waiters, and these
 	// (at most maxKeyHints, the closest to a named one first) have.
 	OtherKeys []string `json:"other_keys,omitempty"`
+	// IdleKeys: the keys named (in the order given, once each) that have
+	// no holders or waiters; left out when none is, or none was named.
+	IdleKeys []string `json:"idle_keys,omitempty"`
 	// Overdue counts the entries shown whose deadline had passed when the
 	// snapshot was taken, not yet removed (lanes.Snapshot.Overdue): a
 	// backlog of expired entries larger than one look removes. Left out
 	// when 0.
 	Overdue     int    `json:"overdue,omitempty"`
 	noLanesLine string // what the table says of it
-	idleLine    string // the table's last line: keys named that are idle (idleLine)
+	idleLine    string // the table's last line: keys named that are idle (noteIdle)
 }
 
 // maxKeyHints is how many busy keys status names when the keys it was

@@ -321,7 +321,7 @@ func TestStatusIdleKeyNamesBusyKeys(t *testing.T) {
 // TestStatusNamesIdleKeysBesideBusyOnes: `status k3 nosuch` printed k3's
 // table and nothing of nosuch (a break-it review): the table's last line
 // names the keys given that nobody holds or waits for; so does each table
-// of `watch k3 nosuch`. miniredis.
+// of `watch k3 nosuch`, and --json as idle_keys. miniredis.
 func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
 	s := newMiniredis(t)
 	populate(t, s)
@@ -340,6 +340,24 @@ func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
 	if strings.Contains(out, "no holders or waiters") {
 		t.Errorf("status of busy keys alone printed:\n%s\nwant no idle line", out)
 	}
+	// --json names them as idle_keys (the table's line alone did).
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"k3", "nosuch", "k1", "other", "nosuch"}, []string{"nosuch", "other"}},
+		{[]string{"nosuch"}, []string{"nosuch"}},
+		{[]string{"k3", "k1"}, nil},
+		{nil, nil},
+	} {
+		_, out, _ = runInProcess(t, s.args(append([]string{"status", "--json"}, c.args...)...)...)
+		var got struct {
+			IdleKeys []string `json:"idle_keys"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); err != nil || !slices.Equal(got.IdleKeys, c.want) {
+			t.Errorf("status --json %v = %s (%v); want idle_keys %v", c.args, out, err, c.want)
+		}
+	}
 
 	p := startInProcess(t, s.args("watch", "--interval", "20ms", "k3", "nosuch")...)
 	eventually(t, "watch printed k3's table", func() bool { return strings.Contains(p.stdout.String(), "w3") })
@@ -349,6 +367,19 @@ func TestStatusNamesIdleKeysBesideBusyOnes(t *testing.T) {
 	lines = strings.Split(strings.TrimSuffix(p.stdout.String(), "\n"), "\n")
 	if last := lines[len(lines)-1]; last != "no holders or waiters for nosuch" {
 		t.Errorf("watch k3 nosuch ended %q; want the idle key named:\n%s", last, p.stdout)
+	}
+
+	p = startInProcess(t, s.args("watch", "--json", "--interval", "20ms", "k3", "nosuch")...)
+	eventually(t, "watch --json printed a frame", func() bool { return strings.Contains(p.stdout.String(), "\n") })
+	if code := p.stop(t); code != 0 {
+		t.Errorf("watch --json = %d; want 0", code)
+	}
+	var frame struct {
+		IdleKeys []string `json:"idle_keys"`
+	}
+	first, _, _ := strings.Cut(p.stdout.String(), "\n")
+	if err := json.Unmarshal([]byte(first), &frame); err != nil || !slices.Equal(frame.IdleKeys, []string{"nosuch"}) {
+		t.Errorf("watch --json k3 nosuch printed %s (%v); want idle_keys [nosuch]", first, err)
 	}
 }
 

@@ -158,9 +158,7 @@ func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, e
 		return watchFrame{at: time.Now(), err: errorLine(err, o.global.redisURL)}, err
 	}
 	v := newStatusView(snap)
-	if len(v.Keys) > 0 {
-		v.idleLine = idleLine(o.keys, v.Keys)
-	}
+	v.noteIdle(o.keys)
 	return watchFrame{view: v, at: snap.Time}, nil
 }
 
