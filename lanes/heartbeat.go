@@ -123,7 +123,8 @@ func pollDelay(st Status) time.Duration {
 // before then, and the poll's answer sets the next time. s.mu is held.
 func (s *Session) pollAfter(e *entry, d time.Duration) {
 	if e.pollWake != nil {
-		e.pollWake.Stop()
+		e.pollWake.Reset(d + time.Millisecond) // every waiting reply behind a holder moves it
+		return
 	}
 	e.pollWake = time.AfterFunc(d+time.Millisecond, func() {
 		s.mu.Lock()
