@@ -151,6 +151,32 @@ func TestProtocolReviewCases(t *testing.T) {
 				t.Fatalf("after held vanished: %+v, %v; want frozen for the hour the heartbeat gave", snap, err)
 			}
 		})
+		// A break-it review: lanes and meta evicted together (both copies
+		// of a running freeze, and maxttl) froze a namespace for MAX_TTL
+		// (an hour) while deadlines held its one lease's deadline. A
+		// granted entry proves no freeze ran: the freeze is that lease's.
+		// Without one, nothing proves it: maxttl decides, else an hour.
+		t.Run("LanesAndMetaLostFreezeUntilTheLastLease", func(t *testing.T) {
+			for _, held := range []bool{true, false} {
+				b := newBackend(t, c)
+				if _, err := b.Enqueue(ctx, o, 2*time.Second, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {
+					t.Fatal(err)
+				}
+				if !held { // an idle namespace: no entry left
+					b.Release(ctx, o.ID, []string{"A"})
+				}
+				c.Del(ctx, keys(b)[1], keys(b)[5])
+				snap, err := b.Inspect(ctx, nil)
+				if err != nil || snap.Stats.Resets != 1 {
+					t.Fatalf("held %v: Inspect after lanes and meta vanished = %+v, %v; want one reset", held, snap, err)
+				}
+				if left := snap.Frozen.Sub(snap.Time); held && (left <= 0 || left > 2*time.Second) {
+					t.Errorf("a lease of 2s held: frozen for %v after the reset; want until that lease's deadline, in (0, 2s]", left)
+				} else if !held && left < 59*time.Minute {
+					t.Errorf("no entry granted: frozen for %v after the reset; want MAX_TTL (an hour)", left)
+				}
+			}
+		})
 		t.Run("StateLostButItsTokensIsFrozen", func(t *testing.T) {
 			b := newBackend(t, c)
 			if _, err := b.Enqueue(ctx, o, 5*time.Second, []lanes.Request{{ID: "A", Lanes: lane("K")}}); err != nil {

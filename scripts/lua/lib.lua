@@ -770,13 +770,29 @@ local function mark()
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
 end
 
+-- granted_in_state reports whether entries, whole (its marker), holds a
+-- record of an entry that was granted (among the first 100 fields HSCAN
+-- gives): a reset removes every entry and no grant happens while a freeze
+-- runs, so such a record proves that the freeze of the last reset, and of
+-- every reset before it, had ended when it was granted.
+local function granted_in_state()
+  if redis.call('HEXISTS', K_ENTRIES, '\0') == 0 then return false end
+  local page = redis.call('HSCAN', K_ENTRIES, '0', 'COUNT', 100)[2]
+  for i = 2, #page, 2 do
+    if string.find(page[i], '"s":"h"', 1, true) then return true end
+  end
+  return false
+end
+
 -- reset makes an empty state with a new epoch. No grant happens before
 -- every lease the lost state could still hold has run out, nor before a
 -- freeze already running ends: the latest deadline known, else (when the
 -- deadlines are what vanished) now plus the longest TTL given, else
--- MAX_TTL; and at least the freeze of the marker or of meta's copy. The
--- fencing tokens stay in the key records. Every owner is told on the
--- namespace's channel and finds its entries gone.
+-- MAX_TTL; and at least the freeze of the marker or of meta's copy (when
+-- both copies vanished: now plus that TTL, unless an entry of the state
+-- was granted, granted_in_state). The fencing tokens stay in the key
+-- records. Every owner is told on the namespace's channel and finds its
+-- entries gone.
 local function reset()
   local untl = NOW
   local meta = redis.call('HEXISTS', K_META, '\0') == 1 -- meta's copy of the freeze is known
@@ -788,9 +804,11 @@ local function reset()
   local last = redis.call('ZREVRANGEBYSCORE', K_DEADLINES, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #last == 2 and last[1] ~= '\0' then untl = math.max(untl, tonumber(last[2]) or untl) end
   if not MAXTTL or MAXTTL == 0 then MAXTTL = tonumber(redis.call('HGET', K_META, 'maxttl') or '0') or 0 end
-  if not deadlines or (not FROZEN and not meta) then
+  if not deadlines or (not FROZEN and not meta and not granted_in_state()) then
     -- The deadlines, or both copies of a freeze that may be running,
-    -- vanished: a lease may run for as long as the longest TTL given.
+    -- vanished: a lease may run for as long as the longest TTL given (a
+    -- break-it review found a namespace that lost lanes and meta frozen
+    -- for MAX_TTL while deadlines held its one lease's deadline, 2s on).
     local ttl = MAXTTL
     if ttl == 0 then ttl = MAX_TTL end
     untl = math.max(untl, NOW + ttl)
