@@ -161,9 +161,12 @@ func (s *Session) expireLocked(e *entry) {
 		return
 	}
 	// Whose fault: a heartbeat that failed to reach the backend, or one
-	// still unanswered while this timer fires on time, means the backend; a
-	// timer that fires well after its time means this process was stopped
-	// or starved.
+	// sent in time and still unanswered while this timer fires on time,
+	// means the backend; a timer that fires well after its time, or a
+	// heartbeat that went out only near the deadline or after it (sent on
+	// waking: heartbeats go out two thirds of a TTL before it), means this
+	// process was stopped or starved (a break-it review saw a waiter
+	// stopped for 0.92s of its 1s TTL reported as unable to reach Redis).
 	why := "no heartbeat reached the backend within the TTL"
 	unreachable := e.pending
 	switch late := time.Since(e.deadline); {
@@ -171,9 +174,14 @@ func (s *Session) expireLocked(e *entry) {
 		why += "; last heartbeat: " + s.lastErr.Error()
 		unreachable = errors.Is(s.lastErr, ErrUnavailable)
 	case late > s.margin:
-		why += fmt.Sprintf(" (this process did not run for %v: stopped or starved)", late.Round(time.Millisecond))
+		why += fmt.Sprintf(" (this process was stopped or starved: its lease timer fired %v late)", late.Round(time.Millisecond))
 	case e.pending:
 		why = "its enqueue step got no answer within the TTL"
+	case !s.inflight.IsZero() && s.inflight.After(e.deadline.Add(-s.margin)):
+		why += fmt.Sprintf(" (this process was stopped or starved: its heartbeat went out only %v before its local deadline)", e.deadline.Sub(s.inflight).Round(time.Millisecond))
+		if s.inflight.After(e.deadline) {
+			why = fmt.Sprintf("no heartbeat reached the backend within the TTL (this process was stopped or starved: its heartbeat went out %v after its local deadline)", s.inflight.Sub(e.deadline).Round(time.Millisecond))
+		}
 	case !s.inflight.IsZero():
 		why += fmt.Sprintf("; the heartbeat sent %v ago has no answer", time.Since(s.inflight).Round(time.Millisecond))
 		unreachable = true
