@@ -32,7 +32,12 @@ const MaxNamespaceLen = lanes.MaxNamespaceLen
 // whose values are the highest tokens seen, as decimal text. The hash tag
 // keeps the key in the slot of the namespace's lanes, so Redis Cluster
 // works. The hash is never expired: a resource's record must outlive every
-// lease on it.
+// lease on it. So it needs a server whose maxmemory-policy never evicts it
+// (noeviction, the default, or a volatile-* policy): under allkeys-* the
+// hash may be evicted, the highest tokens with it, and a stale token is
+// then accepted (a break-it review saw token 1000 refused after 2000, then
+// accepted once the hash was evicted). NewRedisGuard does not check the
+// policy; redislane.New does, for the lanes (redislane.ErrEvictable).
 //
 // A RedisGuard is safe for concurrent use. Every Check is one script run
 // (EVALSHA, falling back to EVAL when the script is not cached).
