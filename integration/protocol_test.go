@@ -1983,26 +1983,27 @@ func TestProtocolTakeOverRealRedis(t *testing.T) {
 }
 
 // TestProtocolHolderTTLRealRedis: as PROTOCOL.md's Holder TTL says, a
-// waiting status carries the ms until the first lease of a holder of its
-// keys runs out, on enqueue.lua (lean, and general with a lineage) and
-// heartbeat.lua; a held status, and a waiter whose keys have no holder,
-// carry 0; and after that many ms, a heartbeat of the waiter reaps the
-// holder that was not renewed (its runner died) and grants.
+// waiting status that a holder's end could grant carries the ms until the
+// first lease of the holders before it runs out, on enqueue.lua (lean, and
+// general with a lineage) and heartbeat.lua; a held status, a waiter
+// behind another on a key of limit 1 and one whose key has room carry 0;
+// and after that many ms, a heartbeat of the waiter reaps the holder that
+// was not renewed (its runner died) and grants.
 func TestProtocolHolderTTLRealRedis(t *testing.T) {
 	secNoLeaks(t)
 	r := newProtoRunner(t)
 	dead, w := "owner-dead-"+r.nonce, "owner-w-"+r.nonce
 	const short, long = 400, 60000
-	r.mustEnqueue(dead, short, []string{"H", "h"}, req("H", lane("k", 1)))
+	r.mustEnqueue(dead, short, []string{"H", "h", "H2", "h"}, req("H", lane("k", 1)), req("H2", lane("n", 1)))
 	r.ttls = nil
 	r.mustEnqueue(w, long, []string{"W", "w", "X", "w"}, req("W", [][]any{{"k", 1}, {"b", 1}}), req("X", lane("b", 1)))
 	if len(r.ttls) != 2 || r.ttls[0] <= 0 || r.ttls[0] > short || r.ttls[1] != 0 {
 		t.Fatalf("enqueue.lua: holder TTLs %v; want W's in (0, %d] and X's 0 (b has a waiter and no holder)", r.ttls, short)
 	}
 	r.ttls = nil
-	r.mustEnqueue(w, long, []string{"N", "w"}, req("N", lane("k", 1), "l", "outer-"+r.nonce))
-	if len(r.ttls) != 1 || r.ttls[0] <= 0 || r.ttls[0] > short {
-		t.Fatalf("enqueue.lua with a lineage (the general path): holder TTLs %v; want one in (0, %d]", r.ttls, short)
+	r.mustEnqueue(w, long, []string{"N", "w", "F", "w"}, req("N", lane("n", 1), "l", "outer-"+r.nonce), req("F", lane("k", 1), "l", "outer-"+r.nonce))
+	if len(r.ttls) != 2 || r.ttls[0] <= 0 || r.ttls[0] > short || r.ttls[1] != 0 {
+		t.Fatalf("enqueue.lua with a lineage (the general path): holder TTLs %v; want N's in (0, %d] and F's 0 (second waiter of a key of limit 1)", r.ttls, short)
 	}
 	r.ttls = nil
 	r.heartbeat(w, long, []string{"W", "w"}, "W")
@@ -2021,7 +2022,7 @@ func TestProtocolHolderTTLRealRedis(t *testing.T) {
 			t.Fatalf("heartbeat.lua after the holder TTL: W is %v with no holder TTL; want held", st)
 		}
 	}
-	r.release(w, 0, "W", "X", "N")
+	r.release(w, 0, "W", "X", "N", "F")
 }
 
 func mustAtoi(t *testing.T, s string) int {

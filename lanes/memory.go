@@ -203,32 +203,55 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 }
 
 // holderTTLs sets Status.HolderTTL on the waiting statuses of out, from
-// the holders the step leaves (a later request of an enqueue may be
-// granted a key an earlier one waits on), as lib.lua's finish does. m.mu
-// is held.
+// the holders and queues the step leaves (a later request of an enqueue
+// may be granted a key an earlier one waits on), as lib.lua's finish
+// does. m.mu is held.
 func (st *step) holderTTLs(out []Status) {
-	m := st.m
 	for i := range out {
-		e := m.entries[out[i].ID]
-		if out[i].State != Waiting || out[i].Err != nil || e == nil || e.held {
-			continue
-		}
-		var first time.Time
-		for _, l := range e.Lanes {
-			if e.borrowed[l.Key] != nil {
-				continue
-			}
-			for _, h := range m.holders[l.Key] {
-				if h.deadline.After(st.now) && (first.IsZero() || h.deadline.Before(first)) {
-					first = h.deadline
-				}
-			}
-		}
-		if !first.IsZero() {
-			out[i].HolderTTL = first.Sub(st.now)
+		e := st.m.entries[out[i].ID]
+		if out[i].State == Waiting && out[i].Err == nil && e != nil && !e.held {
+			out[i].HolderTTL = st.holderTTL(e)
 		}
 	}
 }
+
+// holderTTL is Status.HolderTTL of the waiting entry e (lib.lua's
+// first_deadline): set only when a holder's end could grant it, so that
+// no waiter polls for nothing. On every key it queues on it must be among
+// the first Limit waiters (and the first holderTTLMax); it is the time
+// left on the earliest lease among the holders of the keys whose holders
+// fill the room left (those of a key of more than holderTTLMax holders
+// are not looked at, as in Redis). m.mu is held.
+func (st *step) holderTTL(e *memEntry) time.Duration {
+	m := st.m
+	var first time.Time
+	for _, l := range e.Lanes {
+		if e.borrowed[l.Key] != nil {
+			continue
+		}
+		p := slices.Index(m.queues[l.Key], e) + 1
+		if p < 1 || p > l.Limit || p > holderTTLMax {
+			return 0
+		}
+		hs := m.holders[l.Key]
+		if len(hs)+p-1 < l.Limit || len(hs) > holderTTLMax {
+			continue
+		}
+		for _, h := range hs {
+			if h.deadline.After(st.now) && (first.IsZero() || h.deadline.Before(first)) {
+				first = h.deadline
+			}
+		}
+	}
+	if first.IsZero() {
+		return 0
+	}
+	return first.Sub(st.now)
+}
+
+// holderTTLMax is lib.lua's PURGE_ALL: the most holders, and waiters
+// ahead, a step looks at for a waiting status's HolderTTL.
+const holderTTLMax = 1000
 
 // enqueueOne places r, or answers for the entry of its id. m.mu is held.
 func (st *step) enqueueOne(owner Owner, ttl time.Duration, r Request) Status {

@@ -120,6 +120,7 @@ var rateTests = []struct {
 	{"RateWithConcurrency", testRateWithConcurrency},
 	{"RatesAgree", testRatesAgree},
 	{"RateSessionWakesAtWindow", testRateSessionWakesAtWindow},
+	{"RateWaiterHasNoHolderTTL", testRateWaiterHasNoHolderTTL},
 	{"RateSwitchDecidesRateFirst", testRateSwitchDecidesRateFirst},
 	{"RateLeftoverLogBindsNoOne", testRateLeftoverLogBindsNoOne},
 }

@@ -195,6 +195,28 @@ func testRateSessionWakesAtWindow(t *testing.T, inst Instance) {
 	}
 }
 
+// A waiter that a rate holds back, on a lane whose holders leave room
+// (Limit MaxLimit), gets no HolderTTL: a holder's end frees no unit of the
+// window, so a poll then would be for nothing (a break-it review: 20
+// rate-held waiters polled at a 1s holder's TTL, 23 script calls a second
+// where 3 were needed). Its RateWait says when to poll.
+func testRateWaiterHasNoHolderTTL(t *testing.T, inst Instance) {
+	r := lanes.Rate{Limit: 1, Per: time.Minute}
+	d := newDirect(t, inst.Backend, "rate-ttl", time.Minute)
+	holder := newDirect(t, inst.Backend, "rate-ttl-holder", time.Second)
+	wantStates(t, holder.enqueue(rateReq("h", "r", lanes.MaxLimit, r, 1)), map[string]lanes.State{"h": lanes.Held})
+	sts := d.enqueue(rateReq("w", "r", lanes.MaxLimit, r, 1))
+	wantStates(t, sts, map[string]lanes.State{"w": lanes.Waiting})
+	if st := sts["w"]; st.RateWait <= 0 || st.HolderTTL != 0 {
+		t.Errorf("Enqueue: w held back by %v beside a holder = RateWait %v, HolderTTL %v; want RateWait > 0 and HolderTTL 0", r, st.RateWait, st.HolderTTL)
+	}
+	if st := d.status("w")["w"]; st.HolderTTL != 0 {
+		t.Errorf("Heartbeat: w has HolderTTL %v; want 0", st.HolderTTL)
+	}
+	holder.release("h")
+	d.release("w")
+}
+
 // grantN enqueues n requests of cost 1 on key under r, wants each granted
 // at once, and releases them.
 func grantN(t *testing.T, d *direct, prefix, key string, r lanes.Rate, n int) {

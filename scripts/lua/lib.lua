@@ -770,6 +770,8 @@ local function mark()
   ERAW, KRAW, KREC, dirty = {}, {}, {}, {}
 end
 
+local reset
+do -- (reset's helper: a local of this block alone, Lua takes 200 locals at once)
 -- granted_in_state reports whether entries, whole (its marker), holds a
 -- record of an entry that was granted (among the first 100 fields HSCAN
 -- gives): a reset removes every entry and no grant happens while a freeze
@@ -793,7 +795,7 @@ end
 -- was granted, granted_in_state). The fencing tokens stay in the key
 -- records. Every owner is told on the namespace's channel and finds its
 -- entries gone.
-local function reset()
+function reset()
   local untl = NOW
   local meta = redis.call('HEXISTS', K_META, '\0') == 1 -- meta's copy of the freeze is known
   if FROZEN then untl = math.max(untl, FROZEN) end
@@ -822,6 +824,7 @@ local function reset()
   redis.call('HSET', K_META, 'frozen', dec(FROZEN), 'maxttl', dec(MAXTTL))
   redis.call('HINCRBY', K_META, 'resets', 1)
   redis.call('PUBLISH', WAKE, cjson.encode({reset = EPOCH}))
+end
 end
 
 -- read_marker parses the marker of lanes, or fails on another version.
@@ -1430,14 +1433,36 @@ local function status(e, positions, last)
   return {e.id, 'w', detail, e.q, wait, e} -- finish adds its holder TTL (first_deadline)
 end
 
+local finish
+do -- (finish's helpers: locals of this block alone)
+-- queue_place returns the place, from 1, of the waiter id in the queue of
+-- key when it is among the first limit (at most PURGE_ALL) of it, else
+-- nil; heads memoizes each key's first places within one finish.
+local function queue_place(key, limit, id, heads)
+  local at = heads[key]
+  if not at then
+    at = {}
+    local m = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', 0, math.min(limit, PURGE_ALL))
+    for i, member in ipairs(m) do at[string.sub(member, #key + 19)] = i end -- key \0 seq (16) \0 id
+    heads[key] = at
+  end
+  return at[id]
+end
+
 -- first_deadline returns the earliest deadline still ahead (ms of the Redis
 -- clock) of the holders of key, or false when it has none, or more than
 -- PURGE_ALL (then none is looked at); seen memoizes it per key within one
--- finish. A waiting status carries that deadline less NOW for the keys its
--- entry queues on, its holder TTL: a holder whose runner died sends no
--- hint, so its waiters poll when its lease runs out (issue 12). A deadline
--- at or before NOW belongs to an entry a bounded reap left (more is set)
--- or a lender kept for its borrowers: not a time to poll at.
+-- finish. A waiting status carries its holder TTL, that deadline less NOW
+-- (the earliest on the keys whose holders block it), when a holder's end
+-- could grant it: on every key it queues on it is among the first limit
+-- waiters (queue_place), and on some its holders fill the room left. A
+-- holder whose runner died sends no hint, so those waiters poll when its
+-- lease runs out (issue 12); the others wait for a hint or their heartbeat
+-- (a break-it review: 10,000 waiters behind a 100 ms holder all polling
+-- took 94% of Redis's CPU, and a holder on a rate-only lane made its
+-- waiters poll for nothing). A deadline at or before NOW belongs to an
+-- entry a bounded reap left (more is set) or a lender kept for its
+-- borrowers: not a time to poll at.
 local function first_deadline(key, seen)
   local v = seen[key]
   if v == nil then
@@ -1460,7 +1485,7 @@ end
 -- time (ms)} for each of its entries this step granted (the owner may take
 -- the grant from it without asking), and {"id"} for each removed or taken
 -- over by someone else (the owner asks).
-local function finish(out, was)
+function finish(out, was)
   flush()
   if next(RDIRTY) then rate_flush() end -- rate lanes
   if #granted > 0 or #told > 0 then
@@ -1488,15 +1513,32 @@ local function finish(out, was)
     -- entry gone) its id, state, seq, wait ms, holder TTL ms, n, and its n
     -- values
     r[2] = MORE and 1 or 0
-    local seen = {}
+    local seen, heads = {}, {}
     for _, st in ipairs(out) do
       local d, n, e, ttl = st[3], #r, st[6], 0
       if e then
-        local first = false
+        -- its place on each key: the one its reply gives (an enqueue's:
+        -- a request queued last counts the key's waiters, as a lean
+        -- step does), else its place in the queue
+        local first, given = false, {}
+        for j = 1, #d, 2 do given[d[j]] = d[j + 1] end
         for _, kl in ipairs(e.k) do
-          if not borrowed(e, kl[1]) then
-            local v = first_deadline(kl[1], seen)
-            if v and (not first or v < first) then first = v end
+          local key, limit = kl[1], kl[2]
+          if not borrowed(e, key) then
+            local p = given[key]
+            if not p then
+              p = queue_place(key, limit, e.id, heads)
+            elseif p > limit or p > PURGE_ALL then
+              p = nil
+            end
+            if not p then
+              first = false
+              break
+            end
+            if #kget(key).h + p - 1 >= limit then
+              local v = first_deadline(key, seen)
+              if v and (not first or v < first) then first = v end
+            end
           end
         end
         if first then ttl = first - NOW end
@@ -1511,6 +1553,7 @@ local function finish(out, was)
     for i, e in ipairs(granted) do r[#was + 1 + i] = e.id end
   end
   return r
+end
 end
 
 -- Lean steps (issue 12). The common steps are taken whole before begin
@@ -1955,16 +1998,28 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
   end
 
-  -- lean_ttl is first_deadline for a lean step on the key state st: the
-  -- earlier of the earliest deadline of the holders the step started with
-  -- (st[6], from lean_live) and, when the step granted the key (st[8]),
-  -- the deadline of its grants (dl); nil without holders, or with more
-  -- than PURGE_ALL.
-  local function lean_ttl(st, dl)
-    if st[4] > PURGE_ALL then return nil end
-    local first = st[6]
-    if st[8] and (not first or dl < first) then first = dl end
-    return first
+  -- lean_wait is the holder TTL (ms, 0 for none) of a request a lean step
+  -- queued on lanes (each {key, limit string, limit}) at places (its
+  -- place on each, in order), from the key states ks the step leaves, by
+  -- finish's rule (first_deadline): among the first limit waiters (at most
+  -- PURGE_ALL) on each key, and the earliest deadline on the keys whose
+  -- holders fill the room left: of the holders the step started with
+  -- (st[6], from lean_live) and, when the step granted the key (st[8]), of
+  -- its grants (dl; a grant behind the request left room, so only one
+  -- before it counts). A key of more than PURGE_ALL holders is not looked
+  -- at.
+  local function lean_wait(ks, lanes, places, dl)
+    local first
+    for j = 1, #lanes do
+      local st, p, limit = ks[lanes[j][1]], places[j], lanes[j][3]
+      if p > limit or p > PURGE_ALL then return 0 end
+      if st[4] + p - 1 >= limit and st[4] <= PURGE_ALL then
+        local v = st[6]
+        if st[8] and (not v or dl < v) then v = dl end
+        if v and (not first or v < first) then first = v end
+      end
+    end
+    return first and first - NOW or 0
   end
 
   do -- (lean_enqueue's parts, locals of this block: Lua takes 200 locals at once)
@@ -2105,8 +2160,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     redis.call('ZADD', K_QUEUE, '0', qmember(key, seq, id))
     redis.call('HSET', K_LANES, key, lean_line(st))
     redis.call('HSET', K_META, 'seq', dec(seq))
-    local first = lean_ttl(st)
-    return {EPOCH, 0, id, 'w', seq, 0, first and first - NOW or 0, 2, key, st[2]}
+    return {EPOCH, 0, id, 'w', seq, 0, lean_wait({[key] = st}, v[1], {st[2]}), 2, key, st[2]}
   end
 
   -- lean_decide is the rest of a lean enqueue, from its reads: ks, the
@@ -2207,12 +2261,9 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     local dlN = tonumber(dl)
     for i = 1, #waits, 2 do
-      local first
-      for _, lane in ipairs(waits[i + 1]) do
-        local v = lean_ttl(ks[lane[1]], dlN)
-        if v and (not first or v < first) then first = v end
-      end
-      if first then out[waits[i]] = first - NOW end
+      local o, lanes, places = waits[i], waits[i + 1], {}
+      for j = 1, #lanes do places[j] = out[o + 1 + 2 * j] end
+      out[o] = lean_wait(ks, lanes, places, dlN)
     end
     mrun('HSET', K_ENTRIES, recs)
     mrun('ZADD', K_DEADLINES, dls)

@@ -417,11 +417,34 @@ return r`},
 	},
 	{
 		Name: "lean/holder-ttl-without-the-step's-grants",
-		What: "a lean enqueue's waiting status tells the holder TTL of the holders its keys had before the step, not of one a later request of the same step was granted: a waiter learns a later time than the first lease to run out before it, where the general path counts every holder the step leaves",
+		What: "a lean enqueue's waiting status tells the holder TTL of the holders its keys had before the step, not of one an earlier request of the same step was granted: a waiter behind it learns a later time than the first lease to run out before it, where the general path counts every holder the step leaves",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `    if st[8] and (not first or dl < first) then first = dl end`, New: `    if false then first = dl end`},
+			{File: "scripts/lua/lib.lua", Old: `        if st[8] and (not v or dl < v) then v = dl end`, New: `        if false then v = dl end`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTL|TestLeanFuzz",
+	},
+	{
+		Name: "core/holder-ttl-for-every-waiter",
+		What: "every waiting status behind a holder carries the holder TTL, not only those a holder's end could grant: every waiter of a key polls at its holder's deadline (a break-it review: 10,000 waiters behind a 100 ms holder took 94% of Redis's CPU and cost the holder its lease)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `            elseif p > limit or p > PURGE_ALL then
+              p = nil
+            end
+            if not p then`, New: `            end
+            p = p or 1
+            if not p then`},
+			{File: "scripts/lua/lib.lua", Old: `      if p > limit or p > PURGE_ALL then return 0 end`, New: `      p = 1`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTL",
+	},
+	{
+		Name: "core/holder-ttl-where-holders-leave-room",
+		What: "a waiting status carries the holder TTL of a key whose holders leave it room (a rate, or another key's waiters, holds it back): it polls at a holder's deadline, which can grant it nothing",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `            if #kget(key).h + p - 1 >= limit then`, New: `            if #kget(key).h > 0 then`},
+			{File: "scripts/lua/lib.lua", Old: `      if st[4] + p - 1 >= limit and st[4] <= PURGE_ALL then`, New: `      if st[4] > 0 and st[4] <= PURGE_ALL then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(HolderTTL|RateWaiterHasNoHolderTTL)",
 	},
 	{
 		Name: "core/session-ignores-holder-ttl",
