@@ -20,46 +20,28 @@ import (
 func TestExpiredWaiterBlamesAStopNotTheBackend(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		sentAgo  func(ttl time.Duration) time.Duration // the heartbeat in flight, sent this long before now
+		sentAgo  time.Duration // the heartbeat in flight, sent this long before now (the TTL is a minute)
 		want     error
 		wantWord string
 	}{
-		{"heartbeat sent on waking, after the deadline", func(time.Duration) time.Duration { return time.Millisecond }, ErrLeaseLost, "stopped or starved"},
-		{"heartbeat sent in time, unanswered", func(ttl time.Duration) time.Duration { return ttl / 2 }, ErrUnavailable, "has no answer"},
+		{"heartbeat sent on waking, after the deadline", time.Millisecond, ErrLeaseLost, "stopped or starved"},
+		{"heartbeat sent in time, unanswered", 30 * time.Second, ErrUnavailable, "has no answer"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			m := NewMemory()
-			holder, err := NewSession(ctx, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Close()
-			if _, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}}); err != nil {
-				t.Fatal(err)
-			}
-			const ttl = time.Minute // no heartbeat of its own within the test
-			s, err := NewSession(ctx, m, WithTTL(ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			e := tk[0].e
+			s, tk, _ := waiterBehindHolder(t, ctx, m, m)
+			e := tk.e
 			s.mu.Lock()
-			e.timer.Stop()
 			now := time.Now()
 			e.deadline = now.Add(-10 * time.Millisecond) // less than the margin (6s) late
-			s.inflight = now.Add(-c.sentAgo(ttl))
+			s.inflight = now.Add(-c.sentAgo)
 			s.lastErr = nil
 			s.expireLocked(e)
 			s.inflight = time.Time{}
 			s.mu.Unlock()
-			_, err = tk[0].Wait(ctx)
+			_, err := tk.Wait(ctx)
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.wantWord) {
 				t.Fatalf("Wait() = %v; want %v saying %q", err, c.want, c.wantWord)
 			}

@@ -16,27 +16,9 @@ func TestStaleGrantHintIsNotTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m := &askedBackend{Memory: NewMemory(), asked: make(chan string, 16)}
-	holder, err := NewSession(ctx, m.Memory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSession(ctx, m, WithTTL(time.Minute)) // no heartbeat of its own within the test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := tk[0].e
+	s, tk, h := waiterBehindHolder(t, ctx, m.Memory, m)
+	e := tk.e
 	s.mu.Lock()
-	e.timer.Stop() // stopped: the timer has not run yet
 	e.deadline = time.Now().Add(-time.Millisecond)
 	seq := e.seq
 	s.mu.Unlock()
@@ -63,12 +45,42 @@ func TestStaleGrantHintIsNotTaken(t *testing.T) {
 	e.deadline = time.Now().Add(time.Minute)
 	s.mu.Unlock()
 	s.hint([]Hint{{ID: "w", Seq: seq, Tokens: map[string]uint64{"K": 99}, Granted: time.Now()}})
-	l, err := tk[0].Wait(ctx)
+	l, err := tk.Wait(ctx)
 	if err != nil || l.Token("K") != 99 {
 		t.Fatalf("Wait() after a fresh grant hint = %v, %v; want the hinted grant", l, err)
 	}
 	_ = h.Release(ctx)
 	_ = l.Release(ctx)
+}
+
+// waiterBehindHolder starts a Session on holderB whose lease h holds K,
+// and one on b (TTL a minute: no heartbeat of its own within a test) whose
+// entry w waits behind it, w's deadline timer stopped as a stopped process
+// leaves it. Both Sessions close with the test.
+func waiterBehindHolder(t *testing.T, ctx context.Context, holderB, b Backend) (*Session, *Ticket, *Lease) {
+	t.Helper()
+	holder, err := NewSession(ctx, holderB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	h, err := holder.Acquire(ctx, Request{ID: "h", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSession(ctx, b, WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tk, err := s.Enqueue(ctx, Request{ID: "w", Lanes: []Lane{{Key: "K", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	tk[0].e.timer.Stop() // stopped: the timer has not run yet
+	s.mu.Unlock()
+	return s, tk[0], h
 }
 
 // askedBackend is a Memory backend that reports every id a Heartbeat step
