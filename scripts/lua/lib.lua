@@ -2160,7 +2160,10 @@ do -- (the lean steps' helpers: locals of this block alone)
     redis.call('ZADD', K_QUEUE, '0', qmember(key, seq, id))
     redis.call('HSET', K_LANES, key, lean_line(st))
     redis.call('HSET', K_META, 'seq', dec(seq))
-    return {EPOCH, 0, id, 'w', seq, 0, lean_wait({[key] = st}, v[1], {st[2]}), 2, key, st[2]}
+    -- its holder TTL (lean_wait, inline: no step grant stands before it)
+    local p, lim, ttl = st[2], lane[3], 0
+    if p <= lim and p <= PURGE_ALL and st[4] + p - 1 >= lim and st[4] <= PURGE_ALL and st[6] then ttl = st[6] - NOW end
+    return {EPOCH, 0, id, 'w', seq, 0, ttl, 2, key, p}
   end
 
   -- lean_decide is the rest of a lean enqueue, from its reads: ks, the
