@@ -80,7 +80,11 @@ func TestBadInputSaysWhat(t *testing.T) {
 		want, not string
 	}{
 		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "k", "k", "--", "true"}, `lock names key "k" twice`, "entry"},
-		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "--ttl", "0", "k", "--", "true"}, "--ttl must be at least 30ms, got 0s", "positive"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "--ttl", "0", "k", "--", "true"}, "--ttl must be a whole number of milliseconds from 30ms to 1h0m0s, got 0s", "positive"},
+		// a new user's trial: 2h said "TTL 2h0m0s must be ... from 1ms to 1h0m0s" (lock) and "lanes: invalid ttl: ..." (batch)
+		{[]string{"--redis", "redis://127.0.0.1:1", "lock", "--ttl", "2h", "k", "--", "true"}, "--ttl must be a whole number of milliseconds from 30ms to 1h0m0s, got 2h0m0s", "lanes:"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "batch", "--tools", "t.toml", "--calls", "c.json", "--ttl", "2h"}, "--ttl must be a whole number of milliseconds from 30ms to 1h0m0s, got 2h0m0s", "lanes:"},
+		{[]string{"--redis", "redis://127.0.0.1:1", "mcp", "serve", "--tools", "t.toml", "--ttl", "1500us"}, "--ttl must be a whole number of milliseconds from 30ms to 1h0m0s, got 1.5ms", "lanes:"},
 		{[]string{"--redis", "redis://u:pw@127.0.0.1:6379/abc", "keys"}, "must be a database number, such as /0", "abc"},
 	} {
 		code, _, stderr := runInProcess(t, tt.args...)

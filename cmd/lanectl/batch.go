@@ -126,7 +126,7 @@ when the --tools, --calls or --resume file cannot be read or is not valid;
 	f.StringVar(&o.tools, "tools", "", "TOML file declaring the tools and the runner's limits")
 	f.StringVar(&o.calls, "calls", "", "JSON model response whose tool calls to run; - for standard input")
 	f.StringVar(&o.tenant, "tenant", "", "tenant the calls run for (the runner's per_tenant lane)")
-	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the batch's entries (at least 30ms); a tool is killed a tenth of it before its lanes could pass on")
+	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the batch's entries (30ms to 1h); a tool is killed a tenth of it before its lanes could pass on")
 	f.StringVar(&o.runID, "run-id", "", "id of the batch's entries and records (default: a random one); re-running with the same id keeps the calls' places and runs no settled call again")
 	f.DurationVar(&o.deadline, "deadline", 0, "end the whole run this long after it starts (queued calls never dispatched, running ones cancelled); 0: none")
 	f.StringVar(&o.checkpoint, "checkpoint", "", "where SIGUSR1 writes the checkpoint of the paused batch (JSON), for --resume")
@@ -147,8 +147,8 @@ func (o *batchOptions) complete() error {
 		return usageErrorf("batch needs --calls FILE (- for standard input), or --resume FILE")
 	case o.calls != "" && o.resume != "" && !o.reply:
 		return usageErrorf("give --calls or --resume, not both: a checkpoint holds its calls")
-	case o.ttl < minLockTTL:
-		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
+	case ttlError(o.ttl) != nil:
+		return ttlError(o.ttl)
 	case o.deadline < 0:
 		return usageErrorf("--deadline must not be negative, got %v", o.deadline)
 	case o.noLanes && o.resume != "":

@@ -134,7 +134,7 @@ with CMD's status.`,
 	f.IntVar(&o.limit, "limit", 1, "holders each key allows at once (1, or unbounded with --rate and no --limit); every user of a key must name the same limit")
 	f.StringVar(&o.rateFlag, "rate", "", "at most N grants per window for each key, across every process: N/s, N/m, N/h or N/<duration>; without --limit, the rate is the only bound")
 	f.IntVar(&o.cost, "cost", 0, "units of --rate this lock spends (default 1; at most the rate's N)")
-	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (at least 30ms)")
+	f.DurationVar(&o.ttl, "ttl", defaultLockTTL, "lease TTL: how long the keys stay held after the last heartbeat (30ms to 1h)")
 	f.DurationVar(&o.wait, "wait", 0, "give up (exit 75) if not granted within this long; 0 waits forever")
 	f.BoolVar(&o.try, "try", false, "give up (exit 75) at once if the keys cannot all be granted now, leaving the queue (as flock -n)")
 	f.IntVar(&o.conflictCode, "conflict-exit-code", exitWaitTimeout, "exit status when --try finds the keys taken or --wait runs out, 0 to 255 (as flock -E)")
@@ -171,8 +171,8 @@ func (o *lockOptions) complete(args []string, dash int) error {
 		return usageErrorf("--limit must be at least 1, got %d", o.limit)
 	case o.limit > lanes.MaxLimit:
 		return usageErrorf("--limit must be at most %d, got %d", lanes.MaxLimit, o.limit)
-	case o.ttl < minLockTTL:
-		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
+	case ttlError(o.ttl) != nil:
+		return ttlError(o.ttl)
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v (0 waits forever)", o.wait)
 	case o.try && o.wait > 0:
@@ -722,4 +722,14 @@ func callID(argv []string) string {
 		cut--
 	}
 	return s[:cut]
+}
+
+// ttlError is the usage error of a --ttl outside 30ms (minLockTTL) to an
+// hour (lanes.MaxTTL), or not a whole number of milliseconds; nil for a
+// good one. lock, batch and mcp serve say it in the same words.
+func ttlError(ttl time.Duration) error {
+	if ttl < minLockTTL || ttl > lanes.MaxTTL || ttl%time.Millisecond != 0 {
+		return usageErrorf("--ttl must be a whole number of milliseconds from %v to %v, got %v", minLockTTL, lanes.MaxTTL, ttl)
+	}
+	return nil
 }

@@ -96,7 +96,7 @@ Redis cannot be reached at the start.`,
 	f.StringVar(&o.http, "http", "", "serve streamable HTTP on this address (host:port) instead of standard input and output")
 	f.StringVar(&o.tenant, "tenant", "", "tenant of the calls whose session names none (the runner's per_tenant lane)")
 	f.DurationVar(&o.wait, "wait", defaultMCPWait, "how long a call may wait for its lanes before its client gets an isError result; 0: as long as the client waits")
-	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the calls' entries (at least 30ms)")
+	f.DurationVar(&o.ttl, "ttl", lanes.DefaultTTL, "lease TTL of the calls' entries (30ms to 1h)")
 	f.BoolVar(&o.local, "local", false, "keep the lanes in this process instead of Redis")
 	f.BoolVar(&o.events, "events", false, "print one line per call served to standard error")
 	serve.DisableFlagsInUseLine = true
@@ -109,8 +109,8 @@ func (o *mcpServeOptions) complete() error {
 	switch {
 	case o.tools == "":
 		return usageErrorf("mcp serve needs --tools FILE")
-	case o.ttl < minLockTTL:
-		return usageErrorf("--ttl must be at least %v, got %v", minLockTTL, o.ttl)
+	case ttlError(o.ttl) != nil:
+		return ttlError(o.ttl)
 	case o.wait < 0:
 		return usageErrorf("--wait must not be negative, got %v", o.wait)
 	}

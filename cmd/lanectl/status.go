@@ -78,11 +78,14 @@ func (o *statusOptions) run(cmd *cobra.Command) error {
 	if len(v.Keys) == 0 && !v.NoLanes && len(o.keys) > 0 {
 		// Named keys that nobody holds or waits for: perhaps a typo, so
 		// name the keys that have holders or waiters, closest first.
-		if busy, err := o.global.snapshot(cmd.Context(), b, nil); err == nil && len(busy.Keys) > 0 {
-			v.OtherKeys = closestKeys(o.keys, busy.Keys, maxKeyHints)
+		// A key with a rate window and no holders or waiters is listed by
+		// the snapshot, and is not busy (a new user's trial).
+		if all, err := o.global.snapshot(cmd.Context(), b, nil); err == nil && len(withEntries(all.Keys)) > 0 {
+			busy := withEntries(all.Keys)
+			v.OtherKeys = closestKeys(o.keys, busy, maxKeyHints)
 			v.noLanesLine = fmt.Sprintf("no holders or waiters for %s; keys with holders or waiters, closest first: %s",
 				strings.Join(dedupe(o.keys), ", "), strings.Join(v.OtherKeys, ", "))
-			if len(busy.Keys) > maxKeyHints {
+			if len(busy) > maxKeyHints {
 				v.noLanesLine += ", ..."
 			}
 		}
@@ -151,6 +154,11 @@ type statusView struct {
 	Overdue     int    `json:"overdue,omitempty"`
 	noLanesLine string // what the table says of it
 	idleLine    string // the table's last line: keys named that are idle (noteIdle)
+}
+
+// withEntries returns the keys of ks that have holders or waiters.
+func withEntries(ks []lanes.KeyState) []lanes.KeyState {
+	return slices.DeleteFunc(slices.Clone(ks), func(k lanes.KeyState) bool { return len(k.Holders) == 0 && len(k.Waiters) == 0 })
 }
 
 // maxKeyHints is how many busy keys status names when the keys it was

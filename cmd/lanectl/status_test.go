@@ -393,3 +393,26 @@ func TestWatchCountsEntriesOnce(t *testing.T) {
 		t.Errorf("counts = %q; want %q", got, want)
 	}
 }
+
+// TestStatusSuggestsNoRateOnlyKey: `status zzz` in a namespace whose one
+// key has a rate window and no holders or waiters named it among "keys
+// with holders or waiters" (a new user's trial); it names none, and a key
+// that is held it does name. miniredis.
+func TestStatusSuggestsNoRateOnlyKey(t *testing.T) {
+	s := newMiniredis(t)
+	if code, _, stderr := runInProcess(t, s.args("lock", "--rate", "10/m", "ratek", "--", "true")...); code != 0 {
+		t.Fatalf("lock --rate = %d, %s", code, stderr)
+	}
+	code, out, stderr := runInProcess(t, s.args("status", "zzz")...)
+	if code != 0 || stderr != "" || strings.Contains(out, "ratek") || !strings.Contains(out, "no holders or waiters") {
+		t.Errorf("status zzz beside a rate-only key = %d, %q, %q; want it not named", code, out, stderr)
+	}
+	_, out, _ = runInProcess(t, s.args("status", "zzz", "--json")...)
+	if strings.Contains(out, "other_keys") {
+		t.Errorf("status zzz --json = %s; want no other_keys", out)
+	}
+	populate(t, s) // k1, k2, k3 busy
+	if _, out, _ = runInProcess(t, s.args("status", "zzz")...); !strings.Contains(out, "closest first: ") || strings.Contains(out, "ratek") {
+		t.Errorf("status zzz beside busy keys = %q; want them named, and not ratek", out)
+	}
+}
