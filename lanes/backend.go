@@ -151,19 +151,20 @@ type Status struct {
 	// units leave the window). No hint comes when a window frees, so the
 	// Session polls the entry then. 0 when no rate holds it back.
 	RateWait time.Duration
-	// HolderTTL is set on a Waiting entry that a holder's end could
-	// grant: on every key it queues on (not those it borrows) it is among
-	// the first Limit waiters, and on some of them the holders fill the
-	// room left. It is the time left, after the step, on the lease that
-	// runs out first among the holders of those keys (no key of more than
-	// 1,000 holders, and no place past the 1,000th, is looked at, for the
-	// cost). Whole ms from the Redis backend. A holder whose runner died
-	// sends no hint when its lease runs out, so the Session polls the entry
-	// then, as Redisson's waiters wait out the lock's remaining TTL,
-	// instead of at its next heartbeat; a live holder renews its lease
-	// first, and the poll's reply gives the next one. Waiters further back,
-	// and those a rate or another key holds back, get 0 and poll at no
-	// holder's deadline (DESIGN.md: no one polls blindly).
+	// HolderTTL is set on a Waiting entry that one holder's end on each
+	// of its keys without room for it would grant: on every key it queues
+	// on (not those it borrows) the holders and the waiters before it are
+	// at most Limit, and on some exactly Limit. It is the time left, after
+	// the step, until the latest over those keys of the earliest lease
+	// among their holders (no key of more than 1,000 holders, and no place
+	// past the 1,000th, is looked at, for the cost). Whole ms from the
+	// Redis backend. A holder whose runner died sends no hint when its
+	// lease runs out, so the Session polls the entry then, as Redisson's
+	// waiters wait out the lock's remaining TTL, instead of at its next
+	// heartbeat; a live holder renews its lease first, and the poll's
+	// reply gives the next one. At most one waiter a key gets it: those
+	// further back, and those a rate or another key holds back, get 0 and
+	// poll at no holder's deadline (DESIGN.md: no one polls blindly).
 	HolderTTL time.Duration
 }
 

@@ -216,12 +216,13 @@ func (st *step) holderTTLs(out []Status) {
 }
 
 // holderTTL is Status.HolderTTL of the waiting entry e (lib.lua's
-// first_deadline): set only when a holder's end could grant it, so that
-// no waiter polls for nothing. On every key it queues on it must be among
-// the first Limit waiters (and the first holderTTLMax); it is the time
-// left on the earliest lease among the holders of the keys whose holders
-// fill the room left (those of a key of more than holderTTLMax holders
-// are not looked at, as in Redis). m.mu is held.
+// first_deadline): set only when one holder's end on each key that has no
+// room for it would grant it, so that no waiter polls for nothing: on
+// every key it queues on, the holders and waiters before it are at most
+// Limit (and its place within the first holderTTLMax). It is the time
+// until the latest, over the keys where they are exactly Limit, of the
+// earliest lease among their holders (a key of more than holderTTLMax
+// holders is not looked at, as in Redis). m.mu is held.
 func (st *step) holderTTL(e *memEntry) time.Duration {
 	m := st.m
 	var first time.Time
@@ -234,13 +235,24 @@ func (st *step) holderTTL(e *memEntry) time.Duration {
 			return 0
 		}
 		hs := m.holders[l.Key]
-		if len(hs)+p-1 < l.Limit || len(hs) > holderTTLMax {
+		before := len(hs) + p - 1 // holders and waiters before it on the key
+		switch {
+		case before > l.Limit || (before == l.Limit && len(hs) > holderTTLMax):
+			return 0
+		case before < l.Limit:
 			continue
 		}
+		var key time.Time // one holder's end makes room for it: the first to come
 		for _, h := range hs {
-			if h.deadline.After(st.now) && (first.IsZero() || h.deadline.Before(first)) {
-				first = h.deadline
+			if h.deadline.After(st.now) && (key.IsZero() || h.deadline.Before(key)) {
+				key = h.deadline
 			}
+		}
+		if key.IsZero() {
+			return 0
+		}
+		if key.After(first) {
+			first = key
 		}
 	}
 	if first.IsZero() {

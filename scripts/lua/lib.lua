@@ -1452,15 +1452,17 @@ end
 -- first_deadline returns the earliest deadline still ahead (ms of the Redis
 -- clock) of the holders of key, or false when it has none, or more than
 -- PURGE_ALL (then none is looked at); seen memoizes it per key within one
--- finish. A waiting status carries its holder TTL, that deadline less NOW
--- (the earliest on the keys whose holders block it), when a holder's end
--- could grant it: on every key it queues on it is among the first limit
--- waiters (queue_place), and on some its holders fill the room left. A
--- holder whose runner died sends no hint, so those waiters poll when its
--- lease runs out (issue 12); the others wait for a hint or their heartbeat
--- (a break-it review: 10,000 waiters behind a 100 ms holder all polling
--- took 94% of Redis's CPU, and a holder on a rate-only lane made its
--- waiters poll for nothing). A deadline at or before NOW belongs to an
+-- finish. A waiting status carries its holder TTL, the latest such
+-- deadline less NOW over the keys where one holder's end makes room for
+-- it, when that would grant it: on every key it queues on, its place is
+-- within the first limit (queue_place) and the holders and waiters before
+-- it are at most the limit. A holder whose runner died sends no hint, so
+-- that waiter polls when its lease runs out (issue 12); the others wait
+-- for a hint or their heartbeat (break-it reviews: 10,000 waiters behind
+-- a 100 ms holder all polling took 94% of Redis's CPU; then the first
+-- 1,000 waiters of a full semaphore of 1,000 polling cost its holders
+-- their leases; a holder on a rate-only lane made its waiters poll for
+-- nothing). A deadline at or before NOW belongs to an
 -- entry a bounded reap left (more is set) or a lender kept for its
 -- borrowers: not a time to poll at.
 local function first_deadline(key, seen)
@@ -1531,13 +1533,20 @@ function finish(out, was)
             elseif p > limit or p > PURGE_ALL then
               p = nil
             end
-            if not p then
+            -- before it on key: holders and waiters; one holder's end
+            -- must make room for it, on each key that has none
+            local before = p and #kget(key).h + p - 1
+            if not p or before > limit then
               first = false
               break
             end
-            if #kget(key).h + p - 1 >= limit then
+            if before == limit then
               local v = first_deadline(key, seen)
-              if v and (not first or v < first) then first = v end
+              if not v then
+                first = false
+                break
+              end
+              if not first or v > first then first = v end
             end
           end
         end
@@ -2002,8 +2011,9 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- queued on lanes (each {key, limit string, limit}) at places (its
   -- place on each, in order), from the key states ks the step leaves, by
   -- finish's rule (first_deadline): among the first limit waiters (at most
-  -- PURGE_ALL) on each key, and the earliest deadline on the keys whose
-  -- holders fill the room left: of the holders the step started with
+  -- PURGE_ALL) on each key with at most limit before it, and the latest
+  -- over the keys where exactly limit are of their earliest deadline: of
+  -- the holders the step started with
   -- (st[6], from lean_live) and, when the step granted the key (st[8]), of
   -- its grants (dl; a grant behind the request left room, so only one
   -- before it counts). A key of more than PURGE_ALL holders is not looked
@@ -2012,11 +2022,14 @@ do -- (the lean steps' helpers: locals of this block alone)
     local first
     for j = 1, #lanes do
       local st, p, limit = ks[lanes[j][1]], places[j], lanes[j][3]
-      if p > limit or p > PURGE_ALL then return 0 end
-      if st[4] + p - 1 >= limit and st[4] <= PURGE_ALL then
+      local before = st[4] + p - 1
+      if p > limit or p > PURGE_ALL or before > limit then return 0 end
+      if before == limit then
+        if st[4] > PURGE_ALL then return 0 end
         local v = st[6]
         if st[8] and (not v or dl < v) then v = dl end
-        if v and (not first or v < first) then first = v end
+        if not v then return 0 end
+        if not first or v > first then first = v end
       end
     end
     return first and first - NOW or 0
@@ -2162,7 +2175,7 @@ do -- (the lean steps' helpers: locals of this block alone)
     redis.call('HSET', K_META, 'seq', dec(seq))
     -- its holder TTL (lean_wait, inline: no step grant stands before it)
     local p, lim, ttl = st[2], lane[3], 0
-    if p <= lim and p <= PURGE_ALL and st[4] + p - 1 >= lim and st[4] <= PURGE_ALL and st[6] then ttl = st[6] - NOW end
+    if p <= lim and p <= PURGE_ALL and st[4] + p - 1 == lim and st[4] <= PURGE_ALL and st[6] then ttl = st[6] - NOW end
     return {EPOCH, 0, id, 'w', seq, 0, ttl, 2, key, p}
   end
 
