@@ -921,6 +921,13 @@ func (t *dtarget) statusS(s lanes.Status) string {
 		}
 		out += " pos{" + strings.Join(parts, " ") + "}"
 	}
+	if s.HolderTTL > 0 { // which waiter may poll, and, on the fake clock of mode A, when
+		if t.timed {
+			out += fmt.Sprintf(" httl=%v", s.HolderTTL)
+		} else {
+			out += " httl"
+		}
+	}
 	if s.Err != nil {
 		out += " err=" + errS(s.Err)
 	}
