@@ -1,12 +1,14 @@
-// Command waiterload measures what waiters behind a live holder cost
-// Redis: one Session holds key k with a short TTL (-hold), -n waiters in
-// -s other Sessions (TTL -wttl) queue behind it, and for -d it counts the
-// waiters' Heartbeat steps and the ids they carried (a wrapping Backend),
-// and Redis's commands and CPU (INFO deltas). A break-it review of the
-// holder TTL (issue 12) found every waiter polling at the holder's
-// deadline; only the waiter next in line should.
+// Command waiterload measures what waiters behind live holders cost
+// Redis: -limit holders in -hs Sessions hold key k (of that limit) with a
+// short TTL (-hold), -n waiters in -s other Sessions (TTL -wttl) queue
+// behind them, and for -d it counts the waiters' Heartbeat steps and the
+// ids they carried (a wrapping Backend), and Redis's commands and CPU
+// (INFO deltas). Break-it reviews of the holder TTL (issue 12) found every
+// waiter polling at the holder's deadline, then every one of the first
+// limit waiters of a full semaphore; only the waiter next in line should.
 //
 //	go run ./waiterload -redis redis://127.0.0.1:6379 -n 10000 -s 20
+//	go run ./waiterload -redis redis://127.0.0.1:6379 -limit 1000 -hs 10 -hold 1s -n 2000 -s 20
 //
 // (from bench/; use a server of its own: it counts every command.)
 package main
@@ -45,19 +47,21 @@ func main() {
 	ns := flag.String("ns", fmt.Sprintf("waiterload-%d", os.Getpid()), "namespace (its keys are deleted at the end)")
 	hold := flag.Duration("hold", 100*time.Millisecond, "the holder's TTL")
 	wttl := flag.Duration("wttl", time.Hour, "the waiters' TTL")
+	limit := flag.Int("limit", 1, "the key's limit, and its holders")
+	holderSessions := flag.Int("hs", 1, "the holders' Sessions")
 	n := flag.Int("n", 10000, "waiters")
 	sessions := flag.Int("s", 20, "waiters' Sessions")
 	d := flag.Duration("d", 10*time.Second, "how long to count")
 	flag.Parse()
-	if err := run(*url, *ns, *hold, *wttl, *n, *sessions, *d); err != nil {
+	if err := run(*url, *ns, *hold, *wttl, *limit, *holderSessions, *n, *sessions, *d); err != nil {
 		fmt.Fprintln(os.Stderr, "waiterload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, ns string, hold, wttl time.Duration, n, sessions int, d time.Duration) error {
-	if n < 1 || sessions < 1 {
-		return errors.New("-n and -s must be at least 1")
+func run(url, ns string, hold, wttl time.Duration, limit, holderSessions, n, sessions int, d time.Duration) error {
+	if n < 1 || sessions < 1 || limit < 1 || holderSessions < 1 {
+		return errors.New("-limit, -hs, -n and -s must be at least 1")
 	}
 	ctx := context.Background()
 	opt, err := redis.ParseURL(url)
@@ -73,15 +77,21 @@ func run(url, ns string, hold, wttl time.Duration, n, sessions int, d time.Durat
 		return err
 	}
 	defer c.Del(context.Background(), hb.Keys()...)
-	hs, err := lanes.NewSession(ctx, hb, lanes.WithTTL(hold))
-	if err != nil {
-		return err
-	}
-	defer hs.Close()
-	lane := []lanes.Lane{{Key: "k", Limit: 1}}
-	l, err := hs.Acquire(ctx, lanes.Request{ID: "holder", Lanes: lane})
-	if err != nil {
-		return err
+	lane := []lanes.Lane{{Key: "k", Limit: limit}}
+	var held []*lanes.Lease
+	for si := range holderSessions {
+		hs, err := lanes.NewSession(ctx, hb, lanes.WithTTL(hold))
+		if err != nil {
+			return err
+		}
+		defer hs.Close()
+		for i := si; i < limit; i += holderSessions {
+			l, err := hs.Acquire(ctx, lanes.Request{ID: fmt.Sprintf("h%06d", i), Lanes: lane})
+			if err != nil {
+				return err
+			}
+			held = append(held, l)
+		}
 	}
 	var steps, ids atomic.Int64
 	for si := range sessions {
@@ -111,14 +121,16 @@ func run(url, ns string, hold, wttl time.Duration, n, sessions int, d time.Durat
 	start := time.Now()
 	time.Sleep(d)
 	el := time.Since(start).Seconds()
-	fmt.Printf("%d waiters in %d Sessions (TTL %v) behind a holder of TTL %v, over %.1fs:\n", n, sessions, wttl, hold, el)
+	fmt.Printf("%d waiters in %d Sessions (TTL %v) behind %d holders of TTL %v (limit %d), over %.1fs:\n", n, sessions, wttl, limit, hold, limit, el)
 	fmt.Printf("  waiters' Heartbeat steps %.1f/s carrying %.1f ids/s\n", float64(steps.Load()-s0)/el, float64(ids.Load()-i0)/el)
 	fmt.Printf("  Redis: %.0f commands/s, CPU %.1f%%\n", (info(ctx, c, "stats", "total_commands_processed")-cmd0)/el, 100*(cpu(ctx, c)-cpu0)/el)
-	if err := l.Err(); err != nil {
-		fmt.Printf("  the holder lost its lease: %v\n", err)
-	} else {
-		fmt.Println("  the holder kept its lease")
+	lost := 0
+	for _, l := range held {
+		if l.Err() != nil {
+			lost++
+		}
 	}
+	fmt.Printf("  holders that lost their lease: %d of %d\n", lost, len(held))
 	return nil
 }
 
