@@ -178,10 +178,11 @@ func (s *Session) expireLocked(e *entry) {
 	case e.pending:
 		why = "its enqueue step got no answer within the TTL"
 	case !s.inflight.IsZero() && s.inflight.After(e.deadline.Add(-s.margin)):
-		why += fmt.Sprintf(" (this process was stopped or starved: its heartbeat went out only %v before its local deadline)", e.deadline.Sub(s.inflight).Round(time.Millisecond))
+		when := fmt.Sprintf("only %v before", e.deadline.Sub(s.inflight).Round(time.Millisecond))
 		if s.inflight.After(e.deadline) {
-			why = fmt.Sprintf("no heartbeat reached the backend within the TTL (this process was stopped or starved: its heartbeat went out %v after its local deadline)", s.inflight.Sub(e.deadline).Round(time.Millisecond))
+			when = fmt.Sprintf("%v after", s.inflight.Sub(e.deadline).Round(time.Millisecond))
 		}
+		why += fmt.Sprintf(" (this process was stopped or starved: its heartbeat went out %s its local deadline)", when)
 	case !s.inflight.IsZero():
 		why += fmt.Sprintf("; the heartbeat sent %v ago has no answer", time.Since(s.inflight).Round(time.Millisecond))
 		unreachable = true

@@ -230,8 +230,9 @@ func (st *step) holderTTL(e *memEntry) time.Duration {
 		if e.borrowed[l.Key] != nil {
 			continue
 		}
-		p := slices.Index(m.queues[l.Key], e) + 1
-		if p < 1 || p > l.Limit || p > holderTTLMax {
+		q := m.queues[l.Key] // its place among the first it may hold (a heartbeat of a long queue reads no more)
+		p := slices.Index(q[:min(len(q), l.Limit, holderTTLMax)], e) + 1
+		if p < 1 {
 			return 0
 		}
 		hs := m.holders[l.Key]

@@ -1522,12 +1522,12 @@ function finish(out, was)
         -- its place on each key: the one its reply gives (an enqueue's:
         -- a request queued last counts the key's waiters, as a lean
         -- step does), else its place in the queue
-        local first, given = false, {}
+        local first, given = false, #d > 0 and {} -- (a heartbeat's status gives none)
         for j = 1, #d, 2 do given[d[j]] = d[j + 1] end
         for _, kl in ipairs(e.k) do
           local key, limit = kl[1], kl[2]
           if not borrowed(e, key) then
-            local p = given[key]
+            local p = given and given[key]
             if not p then
               p = queue_place(key, limit, e.id, heads)
             elseif p > limit or p > PURGE_ALL then
@@ -1981,7 +1981,8 @@ do -- (the lean steps' helpers: locals of this block alone)
     for i = 1, #list do
       if not dls[i] or tonumber(dls[i]) <= NOW then return false end
     end
-    for _, st in ipairs(sts or {}) do
+    if not sts then return true end -- (a release's: no table made for nothing)
+    for _, st in ipairs(sts) do
       local first = tonumber(dls[st[6]])
       for i = st[6] + 1, st[7] do
         local d = tonumber(dls[i])
