@@ -38,6 +38,12 @@ var (
 	// highest one already seen for the resource: its holder lost the lease
 	// to a newer one. The error is a *StaleError with the details.
 	ErrStale = errors.New("fencing: stale token")
+
+	// ErrEvictable is returned by a RedisGuard's Check on a server whose
+	// maxmemory-policy may evict the guard's hash (allkeys-lru,
+	// allkeys-lfu, allkeys-random), unless the guard was made
+	// WithEvictionAllowed. Nothing is recorded.
+	ErrEvictable = errors.New("fencing: Redis may evict the guard's records")
 )
 
 // MaxResourceLen is the longest resource name a Guard accepts, in bytes.

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lanes-dev/lanes/fencing"
+	"github.com/lanes-dev/lanes/internal/redisproc"
 	"github.com/lanes-dev/lanes/internal/redistest"
 	"github.com/lanes-dev/lanes/scripts/lua"
 )
@@ -196,5 +197,55 @@ func TestNewRedisGuardInvalid(t *testing.T) {
 		if want := fmt.Sprintf("lanes:fence:{%s}", ns); g.Key() != want {
 			t.Errorf("Key() = %q; want %q", g.Key(), want)
 		}
+	}
+}
+
+// Private redis-servers (real Redis): a guard refuses, with ErrEvictable
+// and recording nothing, a server whose maxmemory-policy may evict its
+// hash, unless made WithEvictionAllowed; noeviction and volatile-* pass. A
+// refusal is not remembered: once the policy is fixed, Check passes.
+func TestRedisGuardEvictionPolicyRealRedis(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		refuse bool
+	}{{"allkeys-lru", true}, {"allkeys-lfu", true}, {"allkeys-random", true}, {"volatile-lru", false}, {"noeviction", false}} {
+		t.Run(c.policy, func(t *testing.T) {
+			srv := redisproc.StartServer(t, redisproc.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", c.policy}})
+			rc := srv.Client()
+			ctx := context.Background()
+			g, err := fencing.NewRedisGuard(rc, "evict")
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = g.Check(ctx, "res", 5)
+			if c.refuse != errors.Is(err, fencing.ErrEvictable) || (!c.refuse && err != nil) {
+				t.Fatalf("Check under %s = %v; want refused (ErrEvictable): %v", c.policy, err, c.refuse)
+			}
+			if !c.refuse {
+				return
+			}
+			if !strings.Contains(err.Error(), c.policy) || !strings.Contains(err.Error(), "WithEvictionAllowed") {
+				t.Errorf("Check under %s = %q; want it to name the policy and the option", c.policy, err)
+			}
+			if n := rc.Exists(ctx, g.Key()).Val(); n != 0 {
+				t.Errorf("a refused Check recorded the token: %s exists", g.Key())
+			}
+			allowed, err := fencing.NewRedisGuard(rc, "evict", fencing.WithEvictionAllowed())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := allowed.Check(ctx, "res", 5); err != nil {
+				t.Fatalf("Check WithEvictionAllowed = %v", err)
+			}
+			if err := allowed.Check(ctx, "res", 4); !errors.Is(err, fencing.ErrStale) {
+				t.Fatalf("Check(4) after 5 WithEvictionAllowed = %v; want ErrStale", err)
+			}
+			if err := rc.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Check(ctx, "res", 6); err != nil {
+				t.Fatalf("Check after the policy became noeviction = %v; want nil", err)
+			}
+		})
 	}
 }

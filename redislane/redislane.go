@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanes-dev/lanes/internal/evict"
 	"github.com/lanes-dev/lanes/internal/otelx"
 	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/scripts/lua"
@@ -582,28 +583,16 @@ func (b *Backend) Check(ctx context.Context) error {
 	if b.evictOK {
 		return nil
 	}
-	check := func(ctx context.Context, c redis.UniversalClient) error {
-		info, err := c.Info(ctx, "memory").Result()
-		if err != nil {
-			var re redis.Error
-			if errors.As(err, &re) {
-				return nil // INFO refused (ACL, a managed service): cannot tell
-			}
-			return fmt.Errorf("%w: redis namespace %s: %w", lanes.ErrUnavailable, b.ns, err)
-		}
-		for line := range strings.Lines(info) {
-			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && strings.HasPrefix(p, "allkeys-") {
-				return fmt.Errorf("%w: maxmemory-policy is %s, which may evict the keys of namespace %s one at a time; "+
-					"set noeviction (or a volatile-* policy), or pass redislane.WithEvictionAllowed (lanectl: --allow-eviction) knowing what it risks",
-					ErrEvictable, p, b.ns)
-			}
-		}
-		return nil
+	p, err := evict.Evicting(ctx, b.c)
+	if err != nil {
+		return fmt.Errorf("%w: redis namespace %s: %w", lanes.ErrUnavailable, b.ns, err)
 	}
-	if cc, ok := b.c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return check(ctx, c) })
+	if p != "" {
+		return fmt.Errorf("%w: maxmemory-policy is %s, which may evict the keys of namespace %s one at a time; "+
+			"set noeviction (or a volatile-* policy), or pass redislane.WithEvictionAllowed (lanectl: --allow-eviction) knowing what it risks",
+			ErrEvictable, p, b.ns)
 	}
-	return check(ctx, b.c)
+	return nil
 }
 
 // Subscribe implements lanes.Backend. It returns once Redis confirmed the
