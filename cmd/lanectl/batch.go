@@ -94,7 +94,8 @@ it again.
 never_dispatched, running ones are cancelled. SIGUSR1 pauses the batch:
 running calls finish, none starts, and the rest is written as a checkpoint
 (JSON) to --checkpoint FILE; batch --resume FILE goes on from it, with the
-same run id (--calls is not needed then). SIGUSR1 is heard from lanectl's
+same run id and in the same namespace (--calls is not needed then; a
+--namespace or LANES_NAMESPACE that names another is refused). SIGUSR1 is heard from lanectl's
 first milliseconds: one that comes before the first call starts pauses the
 batch before any call; one that comes when no call is left to start pauses
 nothing, and a line on stderr says so. Only in the first moments after
@@ -192,6 +193,16 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 	if len(lineage) > 0 {
 		ctx = lanes.WithLineage(ctx, lineage)
 	}
+	var cp *sched.Checkpoint
+	if o.resume != "" {
+		var ns string
+		if cp, ns, err = readCheckpoint(o.resume); err != nil {
+			return &exitError{code: exitDataErr, err: err}
+		}
+		if err := o.resumeNamespace(ns); err != nil {
+			return err
+		}
+	}
 	if !o.local {
 		ctx = batch.WithNamespace(ctx, o.global.namespace)
 	}
@@ -208,13 +219,9 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 	var (
 		calls  []sched.Call
 		format batch.Format
-		cp     *sched.Checkpoint
 		source = o.calls
 	)
-	if o.resume != "" {
-		if cp, err = readCheckpoint(o.resume); err != nil {
-			return &exitError{code: exitDataErr, err: err}
-		}
+	if cp != nil {
 		if o.runID != "" && o.runID != cp.RunID {
 			return usageErrorf("--run-id %q is not the checkpoint's run id %q", o.runID, cp.RunID)
 		}
@@ -292,7 +299,7 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 				how = "the same batch again with --run-id " + o.runID + " runs its rest"
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "lanectl: warning: the batch paused without --checkpoint FILE: "+how)
-		} else if err := writeCheckpoint(o.checkpoint, res.Checkpoint); err != nil {
+		} else if err := writeCheckpoint(o.checkpoint, res.Checkpoint, o.checkpointNamespace()); err != nil {
 			return err
 		}
 	}
@@ -458,6 +465,36 @@ func (o *batchOptions) pausedText() string {
 		return "not run yet: the batch paused without --checkpoint; the same batch again with --run-id " + o.runID + " runs it (and no settled call again)"
 	}
 	return "not run: the batch paused without --checkpoint or --run-id, so nothing can resume it"
+}
+
+// checkpointNamespace is the namespace a checkpoint of this batch
+// records: the lanes' namespace, or "" with --local, whose lanes live in
+// this process alone.
+func (o *batchOptions) checkpointNamespace() string {
+	if o.local {
+		return ""
+	}
+	return o.global.namespace
+}
+
+// resumeNamespace makes a resumed batch run in ns, the namespace of its
+// checkpoint, so that its calls queue with the other runners of the lanes
+// it paused in, whatever the resuming shell's LANES_NAMESPACE. A namespace
+// given by --namespace or $LANES_NAMESPACE must be ns (a usage error
+// otherwise); ns is "" in a checkpoint of a --local batch or of a lanectl
+// before it was recorded, and then the namespace given is used.
+func (o *batchOptions) resumeNamespace(ns string) error {
+	g := o.global
+	switch {
+	case ns == "" || ns == g.namespace:
+	case g.nsFromFlag:
+		return usageErrorf("--namespace %q is not the checkpoint's namespace %q: a batch resumes in the namespace it paused in", g.namespace, ns)
+	case g.nsFromEnv:
+		return usageErrorf("LANES_NAMESPACE %q is not the checkpoint's namespace %q: a batch resumes in the namespace it paused in (unset it, or give --namespace %s)", g.namespace, ns, shellWord(ns))
+	default:
+		g.namespace = ns
+	}
+	return nil
 }
 
 // resumeCommand is the command line that resumes this batch from its

@@ -369,3 +369,65 @@ safe_if = 'args.mode == "read"'
 		s.assertEmpty(t)
 	})
 }
+
+// nsScript is gateScript that prints, as its output, the namespace the
+// batch gave it ($LANES_NAMESPACE).
+const nsScript = `echo "start $LANES_CALL_ID" >> "$1"
+if [ "$LANES_CALL_ID" = "$3" ]; then n=0; while [ ! -e "$2" ]; do n=$((n+1)); [ $n -gt 400 ] && exit 3; sleep 0.05; done; fi
+echo "ns $LANES_NAMESPACE"`
+
+// A batch paused in the namespace of $LANES_NAMESPACE resumes in it from a
+// shell without the variable: the checkpoint records the namespace, so the
+// resumed calls queue with the other runners of the lanes they paused in.
+// A namespace given that is not the checkpoint's is refused (exit 64), and
+// nothing runs. Real Redis.
+func TestBatchResumeKeepsTheNamespaceRealRedis(t *testing.T) {
+	s := newRealRedis(t)
+	dir := t.TempDir()
+	log, gate, cp := filepath.Join(dir, "exec.log"), filepath.Join(dir, "gate"), filepath.Join(dir, "checkpoint.json")
+	d := newBatchDir(t, fmt.Sprintf(`
+[runner]
+max_concurrent_tools = 1
+
+[tools.read]
+command = ["sh", "-c", %q, "sh", %q, %q, "c1"]
+read_only_hint = true
+`, nsScript, log, gate))
+	file := d.calls(t, "openai-chat", toolCall{"c1", "read", `{}`}, toolCall{"c2", "read", `{}`})
+	flags := []string{"--redis", s.url, "batch", "--json", "--run-id", "ns-run", "--tools", d.tools, "--checkpoint", cp}
+	p := startBinEnv(t, []string{"LANES_NAMESPACE=" + s.ns}, append(flags, "--calls", file)...)
+	eventually(t, "c1 runs", func() bool { return countLines(t, log, "start c1") == 1 })
+	p.signal(t, syscall.SIGUSR1)
+	writeFile(t, gate, "", 0o644)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("paused batch = %d, stderr %q; want 0", code, p.stderr)
+	}
+	checkOutcomes(t, decodeBatch(t, p.stdout.String()), []want{{"c1", "read", "ok", ""}, {"c2", "read", "interrupted", "the batch paused"}})
+
+	for _, refused := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, []string{"--namespace", s.ns + "-other"}},
+		{[]string{"LANES_NAMESPACE=" + s.ns + "-other"}, nil},
+	} {
+		q := startBinEnv(t, refused.env, append(refused.args, append(flags, "--resume", cp)...)...)
+		if code := q.wait(t); code != exitUsage || !strings.Contains(q.stderr.String(), "is not the checkpoint's namespace") {
+			t.Errorf("resume with %v %v = %d, stderr %q; want %d naming the checkpoint's namespace", refused.env, refused.args, code, q.stderr, exitUsage)
+		}
+	}
+	if n := countLines(t, log, "start c2"); n != 0 {
+		t.Fatalf("a refused resume ran c2 (%d times)", n)
+	}
+
+	code, out, stderr := runBin(t, append(flags, "--resume", cp)...)
+	if code != 0 {
+		t.Fatalf("batch --resume without LANES_NAMESPACE = %d, stderr %q; want 0", code, stderr)
+	}
+	got := decodeBatch(t, out)
+	checkOutcomes(t, got, []want{{"c1", "read", "ok", ""}, {"c2", "read", "ok", ""}})
+	if want := "ns " + s.ns; got[1].Output != want {
+		t.Errorf("the resumed c2 printed %q; want %q: it ran in another namespace than the one it paused in", got[1].Output, want)
+	}
+	s.assertEmpty(t)
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/lanes-dev/lanes/cmd/lanectl/internal/pausesignal"
+	"github.com/lanes-dev/lanes/lanes"
 	"github.com/lanes-dev/lanes/sched"
 )
 
@@ -65,8 +66,8 @@ func pauseOnSIGUSR1(sigs <-chan os.Signal) (<-chan struct{}, func() bool) {
 // writeCheckpoint writes cp to path as JSON, in place of what path held,
 // readable by its owner only (it holds the calls' arguments). Another
 // process reading path sees the old file or the new one, never part of it.
-func writeCheckpoint(path string, cp *sched.Checkpoint) error {
-	data, err := json.MarshalIndent(cp, "", "  ")
+func writeCheckpoint(path string, cp *sched.Checkpoint, namespace string) error {
+	data, err := json.MarshalIndent(checkpointFile{cp, namespace}, "", "  ")
 	if err != nil {
 		return fmt.Errorf("cannot encode the checkpoint: %w", err)
 	}
@@ -91,22 +92,37 @@ func writeCheckpoint(path string, cp *sched.Checkpoint) error {
 	return nil
 }
 
-// readCheckpoint reads a checkpoint that writeCheckpoint wrote.
-func readCheckpoint(path string) (*sched.Checkpoint, error) {
+// checkpointFile is a checkpoint file: sched.Checkpoint's fields, and the
+// namespace of the lanes the batch ran in ("" for --local), which
+// sched.Checkpoint does not hold.
+type checkpointFile struct {
+	*sched.Checkpoint
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// readCheckpoint reads a checkpoint that writeCheckpoint wrote, and the
+// namespace it recorded ("" when none).
+func readCheckpoint(path string) (*sched.Checkpoint, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read the checkpoint %s: %w", path, pathErr(err))
+		return nil, "", fmt.Errorf("cannot read the checkpoint %s: %w", path, pathErr(err))
 	}
 	defer f.Close()
-	var cp sched.Checkpoint
+	cf := checkpointFile{Checkpoint: new(sched.Checkpoint)}
 	dec := json.NewDecoder(&limitReader{f: f, left: maxCheckpoint})
-	if err := dec.Decode(&cp); err != nil {
-		return nil, fmt.Errorf("%s is not a checkpoint of lanectl batch: %v", path, err)
+	if err := dec.Decode(&cf); err != nil {
+		return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: %v", path, err)
 	}
+	cp := cf.Checkpoint
 	if cp.RunID == "" || len(cp.Calls) != len(cp.Outcomes) {
-		return nil, fmt.Errorf("%s is not a checkpoint of lanectl batch: it needs a run_id and one outcome per call", path)
+		return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: it needs a run_id and one outcome per call", path)
 	}
-	return &cp, nil
+	if cf.Namespace != "" {
+		if err := lanes.ValidateNamespace(cf.Namespace); err != nil {
+			return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: its namespace: %v", path, err)
+		}
+	}
+	return cp, cf.Namespace, nil
 }
 
 // pathErr drops the path an *fs.PathError repeats.

@@ -34,8 +34,9 @@ type globalOptions struct {
 	urlFile, urlFileFrom string
 	// urlFromEnv: redisURL came from $LANES_REDIS_URL, for messages;
 	// urlDefaulted: from nowhere, it is defaultRedisURL; urlFromFlag: from
-	// --redis; nsFromFlag: namespace from --namespace.
-	urlFromEnv, urlDefaulted, urlFromFlag, nsFromFlag bool
+	// --redis; nsFromFlag: namespace from --namespace; nsFromEnv: from
+	// $LANES_NAMESPACE.
+	urlFromEnv, urlDefaulted, urlFromFlag, nsFromFlag, nsFromEnv bool
 	// caFile names the PEM file of the CAs that a rediss:// server's
 	// certificate must chain to (--redis-ca-file or $LANES_REDIS_CA_FILE);
 	// caFileFrom says which, for messages.
@@ -90,7 +91,7 @@ func (g *globalOptions) resolve(flags interface{ Changed(string) bool }) error {
 	if !g.nsFromFlag {
 		g.namespace = "default"
 		if v := g.getenv("LANES_NAMESPACE"); v != "" {
-			g.namespace = v
+			g.namespace, g.nsFromEnv = v, true
 		}
 	}
 	return nil
