@@ -154,10 +154,12 @@ type Status struct {
 	// HolderTTL is set on a Waiting entry that one holder's end on each
 	// of its keys without room for it would grant: on every key it queues
 	// on (not those it borrows) the holders and the waiters before it are
-	// at most Limit, and on some exactly Limit. It is the time left, after
-	// the step, until the latest over those keys of the earliest lease
-	// among their holders (no key of more than 1,000 holders, and no place
-	// past the 1,000th, is looked at, for the cost). Whole ms from the
+	// at most Limit, and on some exactly Limit; and no rate holds it back
+	// (RateWait 0). It is the time left, after the step, until the
+	// earliest lease among the holders of those keys (no key of more than
+	// 1,000 holders, and no place past the 1,000th, is looked at, for the
+	// cost): the earliest, since a holder of another key that releases
+	// sends the waiter no hint. Whole ms from the
 	// Redis backend. A holder whose runner died sends no hint when its
 	// lease runs out, so the Session polls the entry then, as Redisson's
 	// waiters wait out the lock's remaining TTL, instead of at its next

@@ -63,6 +63,9 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 			s.renew(e, sent)
 			if d := pollDelay(st); d > 0 {
 				s.pollAfter(e, d)
+			} else if e.pollWake != nil { // an earlier reply's poll is no longer wanted
+				e.pollWake.Stop()
+				e.pollAt = time.Time{}
 			}
 		}
 	case Gone:
@@ -122,21 +125,30 @@ func pollDelay(st Status) time.Duration {
 // backend's rounding to whole milliseconds. A live holder renews its lease
 // before then, and the poll's answer sets the next time. s.mu is held.
 func (s *Session) pollAfter(e *entry, d time.Duration) {
+	d += time.Millisecond
+	e.pollAt = time.Now().Add(d)
 	if e.pollWake != nil {
-		e.pollWake.Reset(d + time.Millisecond) // every waiting reply behind a holder moves it
+		e.pollWake.Reset(d) // every waiting reply behind a holder moves it
 		return
 	}
-	e.pollWake = time.AfterFunc(d+time.Millisecond, func() {
-		s.mu.Lock()
-		poll := !e.finished && e.lease == nil
-		if poll {
-			s.hinted[e.id] = true
-		}
-		s.mu.Unlock()
-		if poll {
-			s.wake()
-		}
-	})
+	e.pollWake = time.AfterFunc(d, func() { s.pollDue(e) })
+}
+
+// pollDue polls e when its poll timer fired at or after the time the last
+// pollAfter set, and nothing stopped it since: a timer that fired while
+// applyStatus held s.mu to move or stop it runs this late, and must not
+// poll for the reply that moved it.
+func (s *Session) pollDue(e *entry) {
+	s.mu.Lock()
+	poll := !e.finished && e.lease == nil && !e.pollAt.IsZero() && !time.Now().Before(e.pollAt)
+	if poll {
+		e.pollAt = time.Time{}
+		s.hinted[e.id] = true
+	}
+	s.mu.Unlock()
+	if poll {
+		s.wake()
+	}
 }
 
 // renew moves e's local deadline to TTL minus margin after sent. s.mu is held.

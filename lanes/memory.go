@@ -205,11 +205,12 @@ func (st *step) enqueue(owner Owner, ttl time.Duration, reqs []Request) ([]Statu
 // holderTTLs sets Status.HolderTTL on the waiting statuses of out, from
 // the holders and queues the step leaves (a later request of an enqueue
 // may be granted a key an earlier one waits on), as lib.lua's finish
-// does. m.mu is held.
+// does; not on those a rate holds back (RateWait says when to poll). m.mu
+// is held.
 func (st *step) holderTTLs(out []Status) {
 	for i := range out {
 		e := st.m.entries[out[i].ID]
-		if out[i].State == Waiting && out[i].Err == nil && e != nil && !e.held {
+		if out[i].State == Waiting && out[i].Err == nil && out[i].RateWait == 0 && e != nil && !e.held {
 			out[i].HolderTTL = st.holderTTL(e)
 		}
 	}
@@ -219,10 +220,11 @@ func (st *step) holderTTLs(out []Status) {
 // first_deadline): set only when one holder's end on each key that has no
 // room for it would grant it, so that no waiter polls for nothing: on
 // every key it queues on, the holders and waiters before it are at most
-// Limit (and its place within the first holderTTLMax). It is the time
-// until the latest, over the keys where they are exactly Limit, of the
-// earliest lease among their holders (a key of more than holderTTLMax
-// holders is not looked at, as in Redis). m.mu is held.
+// Limit (and its place within the first holderTTLMax); and no rate holds
+// it back (holderTTLs: its RateWait is 0). It is the time until the earliest, over the keys where they
+// are exactly Limit, of the earliest lease among their holders (a key of
+// more than holderTTLMax holders is not looked at, as in Redis). m.mu is
+// held.
 func (st *step) holderTTL(e *memEntry) time.Duration {
 	m := st.m
 	var first time.Time
@@ -252,7 +254,7 @@ func (st *step) holderTTL(e *memEntry) time.Duration {
 		if key.IsZero() {
 			return 0
 		}
-		if key.After(first) {
+		if first.IsZero() || key.Before(first) {
 			first = key
 		}
 	}

@@ -86,6 +86,7 @@ type entry struct {
 	deadline time.Time   // local: last renewal sent + TTL - margin
 	timer    *time.Timer // fires at deadline
 	pollWake *time.Timer // fires when a rate that holds it back could have room, or a holder's lease before it runs out
+	pollAt   time.Time   // when pollWake is due (pollAfter); zero when stopped or fired
 	ready    chan struct{}
 	lease    *Lease        // set once granted
 	err      error         // set when it ended without a grant

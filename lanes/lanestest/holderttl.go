@@ -88,3 +88,61 @@ func testDeadHolderTakenOverAtItsDeadline(t *testing.T, inst Instance) {
 	}
 	release(t, l)
 }
+
+// A waiter of several keys, each held, gets the earliest of their holders'
+// first deadlines, not the latest: when the holder of the later one
+// releases, its step grants nobody (the other key is still held) and
+// sends no hint, so a waiter timed by the later deadline would learn of
+// the other holder's death only at its next heartbeat (a break-it review
+// of the holder TTL: 13.4s after a dead holder's 5s lease ran out, in 4 of
+// 4 runs, where a waiter of one key took 20ms).
+func testHolderTTLEarliestOfItsKeys(t *testing.T, inst Instance) {
+	long := newDirect(t, inst.Backend, "ttl-mk-long", time.Minute)
+	short := newDirect(t, inst.Backend, "ttl-mk-short", 3*time.Second)
+	// w1 of a TTL no longer than any before (Redis: the lean enqueue), w2
+	// of a longer one (the general path)
+	w1 := newDirect(t, inst.Backend, "ttl-mk-w1", time.Minute)
+	w2 := newDirect(t, inst.Backend, "ttl-mk-w2", time.Hour)
+	wantStates(t, long.enqueue(req("ha", "a", 1), req("hc", "c", 1)), map[string]lanes.State{"ha": lanes.Held, "hc": lanes.Held})
+	wantStates(t, short.enqueue(req("hb", "b", 1), req("hd", "d", 1)), map[string]lanes.State{"hb": lanes.Held, "hd": lanes.Held})
+	check := func(step string, sts map[string]lanes.Status, id string) {
+		t.Helper()
+		if st := sts[id]; st.State != lanes.Waiting || st.HolderTTL <= 0 || st.HolderTTL > 3*time.Second {
+			t.Errorf("%s: %s behind a holder of 1m (until it left) and one of 3s = %v, HolderTTL %v; want waiting, in (0, 3s], the 3s holder's", step, id, st.State, st.HolderTTL)
+		}
+	}
+	check("Enqueue", w1.enqueue(req("w1", "a", 1, "b", 1)), "w1")
+	check("Enqueue", w2.enqueue(req("w2", "c", 1, "d", 1)), "w2")
+	long.release("ha", "hc")
+	check("Heartbeat after the 1m holders left", w1.status("w1"), "w1")
+	check("Heartbeat after the 1m holders left", w2.status("w2"), "w2")
+	short.release("hb", "hd")
+	wantStates(t, w1.status("w1"), map[string]lanes.State{"w1": lanes.Held})
+	wantStates(t, w2.status("w2"), map[string]lanes.State{"w2": lanes.Held})
+	w1.release("w1")
+	w2.release("w2")
+}
+
+// A Session's waiter of two keys, one held by a live holder that releases
+// and one by a holder whose runner died, is granted when the dead lease
+// runs out, long before its own next heartbeat (20s): the release of the
+// live holder leaves the dead one's deadline its holder TTL. Real clock,
+// as the Session's timer.
+func testDeadHolderOfOneKeyTakenOverAtItsDeadline(t *testing.T, inst Instance) {
+	dead := deadOwner(t, inst.Backend, 1500*time.Millisecond, req("dead", "b", 1))
+	live := session(t, inst.Backend, lanes.WithTTL(time.Minute))
+	la := acquire(t, live, req("ha", "a", 1))
+	s := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	tk := enqueue(t, s, req("w", "a", 1, "b", 1))[0]
+	release(t, la)                                              // grants nobody: b is held
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second) // half the heartbeat interval
+	defer cancel()
+	l, err := tk.Wait(ctx)
+	if err != nil {
+		t.Fatalf("Wait(a, b) behind a released holder of a and a dead holder of b (1.5s lease) = %v; want a grant when that lease runs out, before the next heartbeat", err)
+	}
+	if l.Token("b") <= dead[0].Tokens["b"] {
+		t.Errorf("token of b after the takeover %d; want above the dead holder's %d", l.Token("b"), dead[0].Tokens["b"])
+	}
+	release(t, l)
+}

@@ -54,6 +54,8 @@ func Run(t *testing.T, h Harness) {
 		{"DeadHolderExpires", testDeadHolder},
 		{"HolderTTL", testHolderTTL},
 		{"DeadHolderTakenOverAtItsDeadline", testDeadHolderTakenOverAtItsDeadline},
+		{"HolderTTLEarliestOfItsKeys", testHolderTTLEarliestOfItsKeys},
+		{"DeadHolderOfOneKeyTakenOverAtItsDeadline", testDeadHolderOfOneKeyTakenOverAtItsDeadline},
 		{"DeadWaiterIsPurged", testDeadWaiter},
 		{"StatsCountExpiries", testStats},
 		{"LiveWaiterIsNeverEvicted", testLiveWaiter},
@@ -121,6 +123,7 @@ var rateTests = []struct {
 	{"RatesAgree", testRatesAgree},
 	{"RateSessionWakesAtWindow", testRateSessionWakesAtWindow},
 	{"RateWaiterHasNoHolderTTL", testRateWaiterHasNoHolderTTL},
+	{"RateHeldWaiterHasNoHolderTTL", testRateHeldWaiterHasNoHolderTTL},
 	{"RateSwitchDecidesRateFirst", testRateSwitchDecidesRateFirst},
 	{"RateLeftoverLogBindsNoOne", testRateLeftoverLogBindsNoOne},
 }

@@ -312,3 +312,33 @@ func testRateLeftoverLogBindsNoOne(t *testing.T, inst Instance) {
 	wantStates(t, sts, map[string]lanes.State{"r5": lanes.Waiting}) // r's unit is still in the window
 	d.release("r5")
 }
+
+// A waiter that a rate holds back gets no HolderTTL even where one
+// holder's end would make room for it: on a lane with both a limit and a
+// rate, and when the rate is on another of its keys. A break-it review of
+// the holder TTL found such a waiter, held for a minute by its rate,
+// polling at a 150ms holder's deadline (20 steps in 3s).
+func testRateHeldWaiterHasNoHolderTTL(t *testing.T, inst Instance) {
+	r := lanes.Rate{Limit: 1, Per: time.Minute}
+	d := newDirect(t, inst.Backend, "rate-held", time.Minute)
+	holder := newDirect(t, inst.Backend, "rate-held-holder", time.Second)
+	// one lane with a limit and a rate: h holds it and spent its unit
+	wantStates(t, holder.enqueue(rateReq("h", "rl", 1, r, 1)), map[string]lanes.State{"h": lanes.Held})
+	// the rate on another key: g spent r2's unit; h2 holds k
+	wantStates(t, d.enqueue(rateReq("g", "r2", lanes.MaxLimit, r, 1)), map[string]lanes.State{"g": lanes.Held})
+	d.release("g")
+	wantStates(t, holder.enqueue(req("h2", "k", 1)), map[string]lanes.State{"h2": lanes.Held})
+	both := lanes.Request{ID: "w2", Lanes: []lanes.Lane{{Key: "k", Limit: 1}, {Key: "r2", Limit: lanes.MaxLimit, Rate: r, Cost: 1}}}
+	check := func(step string, sts map[string]lanes.Status) {
+		t.Helper()
+		for _, id := range []string{"w1", "w2"} {
+			if st := sts[id]; st.State != lanes.Waiting || st.RateWait <= 0 || st.HolderTTL != 0 {
+				t.Errorf("%s: %s held back by %v and behind a holder = %v, RateWait %v, HolderTTL %v; want waiting, RateWait > 0 and HolderTTL 0", step, id, r, st.State, st.RateWait, st.HolderTTL)
+			}
+		}
+	}
+	check("Enqueue", d.enqueue(rateReq("w1", "rl", 1, r, 1), both))
+	check("Heartbeat", d.status("w1", "w2"))
+	d.release("w1", "w2")
+	holder.release("h", "h2")
+}

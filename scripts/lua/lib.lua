@@ -1452,17 +1452,21 @@ end
 -- first_deadline returns the earliest deadline still ahead (ms of the Redis
 -- clock) of the holders of key, or false when it has none, or more than
 -- PURGE_ALL (then none is looked at); seen memoizes it per key within one
--- finish. A waiting status carries its holder TTL, the latest such
+-- finish. A waiting status carries its holder TTL, the earliest such
 -- deadline less NOW over the keys where one holder's end makes room for
 -- it, when that would grant it: on every key it queues on, its place is
 -- within the first limit (queue_place) and the holders and waiters before
--- it are at most the limit. A holder whose runner died sends no hint, so
--- that waiter polls when its lease runs out (issue 12); the others wait
--- for a hint or their heartbeat (break-it reviews: 10,000 waiters behind
--- a 100 ms holder all polling took 94% of Redis's CPU; then the first
--- 1,000 waiters of a full semaphore of 1,000 polling cost its holders
--- their leases; a holder on a rate-only lane made its waiters poll for
--- nothing). A deadline at or before NOW belongs to an
+-- it are at most the limit; and no rate holds it back. A holder whose
+-- runner died sends no hint, so that waiter polls when its lease runs out
+-- (issue 12); the others wait for a hint or their heartbeat (break-it
+-- reviews: 10,000 waiters behind a 100 ms holder all polling took 94% of
+-- Redis's CPU; then the first 1,000 waiters of a full semaphore of 1,000
+-- polling cost its holders their leases; a holder on a rate-only lane, or
+-- beside a rate that held the waiter for a minute, made it poll for
+-- nothing). The earliest, not the latest: a holder of another key that
+-- releases grants nobody and sends no hint, so a waiter that polled at
+-- its deadline only would learn of a dead holder's end a lease late (a
+-- review saw 13 s). A deadline at or before NOW belongs to an
 -- entry a bounded reap left (more is set) or a lender kept for its
 -- borrowers: not a time to poll at.
 local function first_deadline(key, seen)
@@ -1518,7 +1522,7 @@ function finish(out, was)
     local seen, heads = {}, {}
     for _, st in ipairs(out) do
       local d, n, e, ttl = st[3], #r, st[6], 0
-      if e then
+      if e and (st[5] or 0) == 0 then -- (a rate holds it back: its wait says when to poll)
         -- its place on each key: the one its reply gives (an enqueue's:
         -- a request queued last counts the key's waiters, as a lean
         -- step does), else its place in the queue
@@ -1546,7 +1550,7 @@ function finish(out, was)
                 first = false
                 break
               end
-              if not first or v > first then first = v end
+              if not first or v < first then first = v end
             end
           end
         end
@@ -2012,7 +2016,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- queued on lanes (each {key, limit string, limit}) at places (its
   -- place on each, in order), from the key states ks the step leaves, by
   -- finish's rule (first_deadline): among the first limit waiters (at most
-  -- PURGE_ALL) on each key with at most limit before it, and the latest
+  -- PURGE_ALL) on each key with at most limit before it, and the earliest
   -- over the keys where exactly limit are of their earliest deadline: of
   -- the holders the step started with
   -- (st[6], from lean_live) and, when the step granted the key (st[8]), of
@@ -2030,7 +2034,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         local v = st[6]
         if st[8] and (not v or dl < v) then v = dl end
         if not v then return 0 end
-        if not first or v > first then first = v end
+        if not first or v < first then first = v end
       end
     end
     return first and first - NOW or 0

@@ -447,6 +447,32 @@ return r`},
 		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(HolderTTL|RateWaiterHasNoHolderTTL)",
 	},
 	{
+		Name: "core/holder-ttl-latest-of-its-keys",
+		What: "a waiter of several held keys is told the latest of their holders' first deadlines, not the earliest: when the holder of the later one releases, granting nobody and sending no hint, the waiter learns of the other holder's death only at its next heartbeat (a break-it review: 13.4 s after a dead holder's lease ran out)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `              if not first or v < first then first = v end`, New: `              if not first or v > first then first = v end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(HolderTTLEarliestOfItsKeys|DeadHolderOfOneKey)",
+	},
+	{
+		Name: "lean/holder-ttl-latest-of-its-keys",
+		What: "a lean enqueue tells a waiter of several held keys the latest of their holders' first deadlines, where the general path tells the earliest",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `        if not v then return 0 end
+        if not first or v < first then first = v end`, New: `        if not v then return 0 end
+        if not first or v > first then first = v end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTLEarliestOfItsKeys",
+	},
+	{
+		Name: "core/holder-ttl-beside-a-rate",
+		What: "a waiting status carries a holder TTL though a rate holds the waiter back (on a lane with a limit and a rate, or on another of its keys): it polls at each holder deadline of a window in which it cannot be granted (a break-it review: 20 steps in 3 s of a waiter held a minute)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if e and (st[5] or 0) == 0 then`, New: `      if e then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/RateHeldWaiterHasNoHolderTTL",
+	},
+	{
 		Name: "core/session-ignores-holder-ttl",
 		What: "the Session polls a waiting entry only when a rate holds it back, not when its status gives a holder TTL: a waiter behind a holder whose runner died is granted at its next heartbeat, up to a third of its TTL after the lease ran out",
 		Edits: []Edit{
