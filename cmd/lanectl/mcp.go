@@ -77,7 +77,9 @@ a JSON-RPC error reply, code -32700 ("parse error: input line N is not
 JSON: ..."); -32600 goes to one that is JSON but no JSON-RPC message, a
 batch (MCP 2025-06-18 dropped batching), a request id that is neither a
 string nor a whole number of at most 2^53 either way, and a line over
-4 MiB; serve goes on with the next line.
+4 MiB (the message says which field is wrong); -32602 to a request whose
+params are not an object, or whose fields are not of the kind the method
+takes; serve goes on with the next line.
 
 serve runs until its standard input ends (stdio; the requests read before
 are answered first) or SIGINT or SIGTERM (the calls in flight are

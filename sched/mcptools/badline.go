@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -40,9 +42,17 @@ func badLine(body []byte, lineNo int) []byte {
 	if body[0] == '[' {
 		return errorReply(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is a batch; this server takes one message a line (MCP 2025-06-18 dropped JSON-RPC batching)", lineNo))
 	}
+	if why := envelopeProblem(body); why != "" {
+		return errorReply(requestID(body), jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is not a JSON-RPC 2.0 message: %s", lineNo, why))
+	}
 	msg, err := jsonrpc.DecodeMessage(body)
 	if err != nil {
 		return errorReply(requestID(body), jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is not a JSON-RPC 2.0 message: %v", lineNo, err))
+	}
+	if _, ok := msg.(*jsonrpc.Request); ok {
+		if v, ok := jsonFields(body)["params"]; ok && jsonKind(v) != "an object" && jsonKind(v) != "null" {
+			return errorReply(requestID(body), jsonrpc.CodeInvalidParams, fmt.Sprintf(`invalid params: input line %d: "params" is %s; MCP takes an object`, lineNo, jsonKind(v)))
+		}
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
 		if id := requestID(body); id != nil && id[0] != '"' && !plainInt(id) {
@@ -96,4 +106,113 @@ func errorReply(id json.RawMessage, code int, message string) []byte {
 	reply.Error.Code, reply.Error.Message = code, message
 	b, _ := json.Marshal(reply)
 	return append(b, '\n')
+}
+
+// envelopeProblem says in words what keeps body, valid JSON, from being a
+// JSON-RPC 2.0 message by its envelope ("jsonrpc", "method", "id"), or ""
+// when the envelope is right: the SDK's own error names Go types.
+func envelopeProblem(body []byte) string {
+	f := jsonFields(body)
+	if f == nil {
+		return "it is " + jsonKind(body) + ", not an object"
+	}
+	v, ok := f["jsonrpc"]
+	switch {
+	case !ok:
+		return `it has no "jsonrpc": "2.0"`
+	case string(bytes.TrimSpace(v)) != `"2.0"`:
+		return fmt.Sprintf(`"jsonrpc" is %s, not "2.0"`, bytes.TrimSpace(v))
+	}
+	if v, ok := f["method"]; ok && jsonKind(v) != "a string" {
+		return fmt.Sprintf(`"method" is %s, not a string`, jsonKind(v))
+	}
+	if v, ok := f["id"]; ok {
+		if k := jsonKind(v); k != "a string" && k != "a number" && k != "null" {
+			return fmt.Sprintf(`"id" is %s, not a string or a number`, k)
+		}
+	}
+	return ""
+}
+
+// jsonFields returns the members of body when it is a JSON object, else nil.
+func jsonFields(body []byte) map[string]json.RawMessage {
+	var f map[string]json.RawMessage
+	if json.Unmarshal(body, &f) != nil {
+		return nil
+	}
+	return f
+}
+
+// jsonKind names the kind of the JSON value v: "an object", "an array",
+// "a string", "a number", "a boolean" or "null".
+func jsonKind(v []byte) string {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 {
+		return "empty"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// goField finds, in an error of encoding/json, the field that did not
+// decode and the Go type it wanted.
+var goField = regexp.MustCompile(`Go struct field \S+?\.(\w+) of type (\S+)`)
+
+// plainParamsError returns msg, one whole message the SDK writes, with an
+// error reply to params that did not decode (the SDK answers code 0 with
+// encoding/json's words, which name Go types) replaced by a -32602 reply
+// naming the field and the kind of value it takes; any other msg as it is.
+func plainParamsError(msg []byte) []byte {
+	if !bytes.Contains(msg, []byte(`"code":0`)) || !bytes.Contains(msg, []byte("unmarshaling")) {
+		return msg
+	}
+	var r struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(msg, &r) != nil || r.Error == nil || r.Error.Code != 0 {
+		return msg
+	}
+	method, ok := strings.CutPrefix(r.Error.Message, "handling '")
+	if !ok {
+		return msg
+	}
+	method, _, _ = strings.Cut(method, "'")
+	what := "they do not fit the method"
+	if m := goField.FindStringSubmatch(r.Error.Message); m != nil {
+		what = fmt.Sprintf("%q must be %s", m[1], goKind(m[2]))
+	}
+	return errorReply(r.ID, jsonrpc.CodeInvalidParams, fmt.Sprintf("invalid params of %s: %s", method, what))
+}
+
+// goKind names the JSON kind of value a Go type of encoding/json's words
+// takes.
+func goKind(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case t == "bool":
+		return "a boolean"
+	case strings.HasPrefix(t, "[]"):
+		return "an array"
+	case strings.HasPrefix(t, "map["), strings.Contains(t, "."):
+		return "an object"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "float"):
+		return "a number"
+	}
+	return "another kind of value"
 }
