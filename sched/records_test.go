@@ -232,6 +232,22 @@ func TestSameRunIDReturnsStoredOutcomes(t *testing.T) {
 				t.Errorf("%s executed %d times; want %d", id, got, n)
 			}
 		}
+		// With tool t no longer configured, or disabled (a resume with
+		// another tools file), a and b keep their stored outcomes: a
+		// new user's trial saw a settled ok call answered TOOL_UNKNOWN,
+		// which would make the model call it again.
+		for name, tools := range map[string]map[string]sched.Tool{
+			"unknown":  {"fan": {Safe: safe, Run: body, FanOut: &sched.FanOut{}, Concurrency: sched.Concurrency{Limit: 1}}},
+			"disabled": {"t": {Safe: safe, Run: body, Disabled: true}},
+		} {
+			res := e.run(e.scheduler(sched.Config{Runner: parallel(), Tools: tools}), cs[:2], sched.Options{RunID: "again"})
+			for i := range 2 {
+				o1, o := res1.Outcomes[i], res.Outcomes[i]
+				if o.Status != o1.Status || o.Output != o1.Output || !o.Stored {
+					t.Errorf("call %s again, tool t %s: %s %s %v (stored %v); want the stored %s", cs[i].ID, name, o.Status, o.Code, o.Err, o.Stored, o1.Status)
+				}
+			}
+		}
 		res3 := e.run(s, calls(`a:t:{"x":2}`), sched.Options{RunID: "again"})
 		if o := res3.Outcomes[0]; o.Status != sched.Failed || o.Code != sched.CodeRunConflict || log.times("a#0") != 1 {
 			t.Errorf("same call id, other arguments: %s %s %v (ran %d times); want a run conflict, not run", o.Status, o.Code, o.Err, log.times("a#0"))

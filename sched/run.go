@@ -88,16 +88,23 @@ func (r *run) run(parent context.Context) (*Result, error) {
 			st.done = true
 			continue
 		}
-		if code, why := r.check(c, seen); why != "" {
+		if code, why := r.checkID(c, seen); why != "" {
 			r.settle(i, Failed, code, why)
 			continue
 		}
+		// A call of this run id settled before keeps its stored outcome
+		// though its tool is no longer configured (a resume with another
+		// tools file): told "unknown tool", a model would call it again.
 		st.tool = r.s.cfg.Tools[c.Tool]
 		if st.tool.FanOut == nil || jsonKind(c.Args) != "an array" {
 			if o := r.fromRecord(i, c.ID); o != nil {
 				r.settleStored(i, *o)
 				continue
 			}
+		}
+		if code, why := r.checkTool(c); why != "" {
+			r.settle(i, Failed, code, why)
+			continue
 		}
 		if !r.prepare(i) {
 			continue
@@ -206,9 +213,9 @@ func (r *run) prepare(i int) bool {
 	return true
 }
 
-// check returns why call c cannot run at all, and its code, or "" (rule
-// 1).
-func (r *run) check(c Call, seen map[string]bool) (Code, string) {
+// checkID returns why call c's id cannot be used, and its code, or ""
+// (rule 1).
+func (r *run) checkID(c Call, seen map[string]bool) (Code, string) {
 	switch {
 	case c.ID == "" || lanes.ValidateEntryID(r.o.RunID+"/"+c.ID+"#99999") != nil:
 		return CodeBadCallID, fmt.Sprintf("call id %.60q must be printable, without spaces, at most %d bytes with the run id", c.ID, lanes.MaxIDLen-7)
@@ -218,6 +225,12 @@ func (r *run) check(c Call, seen map[string]bool) (Code, string) {
 		return CodeBadCallID, fmt.Sprintf("call id %s has a #, which marks the operations of a fanned-out call", c.ID)
 	}
 	seen[c.ID] = true
+	return "", ""
+}
+
+// checkTool returns why call c cannot run at all, its tool unknown or
+// disabled, and its code, or "" (rule 1).
+func (r *run) checkTool(c Call) (Code, string) {
 	t, ok := r.s.cfg.Tools[c.Tool]
 	switch {
 	case !ok:
