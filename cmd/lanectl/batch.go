@@ -17,6 +17,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/lanes-dev/lanes/lanes"
@@ -94,8 +95,10 @@ it again.
 never_dispatched, running ones are cancelled. SIGUSR1 pauses the batch:
 running calls finish, none starts, and the rest is written as a checkpoint
 (JSON) to --checkpoint FILE; batch --resume FILE goes on from it, with the
-same run id and in the same namespace (--calls is not needed then; a
---namespace or LANES_NAMESPACE that names another is refused). SIGUSR1 is heard from lanectl's
+same run id, where it paused: on the same Redis server, in the same
+namespace, or --local when it ran --local (--calls is not needed then;
+a --namespace, LANES_NAMESPACE or server that names another is
+refused). SIGUSR1 is heard from lanectl's
 first milliseconds: one that comes before the first call starts pauses the
 batch before any call; one that comes when no call is left to start pauses
 nothing, and a line on stderr says so. Only in the first moments after
@@ -193,13 +196,16 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 	if len(lineage) > 0 {
 		ctx = lanes.WithLineage(ctx, lineage)
 	}
-	var cp *sched.Checkpoint
+	var (
+		cp  *sched.Checkpoint
+		was checkpointFile // where the resumed batch ran
+	)
 	if o.resume != "" {
-		var ns string
-		if cp, ns, err = readCheckpoint(o.resume); err != nil {
+		if was, err = readCheckpoint(o.resume); err != nil {
 			return &exitError{code: exitDataErr, err: err}
 		}
-		if err := o.resumeNamespace(ns); err != nil {
+		cp = was.Checkpoint
+		if err := o.resumeTarget(was); err != nil {
 			return err
 		}
 	}
@@ -251,6 +257,10 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 		return o.setupError(ctx, err)
 	}
 	defer closeBackend()
+	server := redisServer(b)
+	if was.Server != "" && server != "" && was.Server != server {
+		return usageErrorf("the checkpoint's batch ran on the Redis at %s, not %s: a batch resumes where it paused, beside the other runners of its lanes (give --redis, or LANES_REDIS_URL, for that server)", was.Server, server)
+	}
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	sess, err := lanes.NewSession(sctx, b, lanes.WithTTL(o.ttl), lanes.WithReleaseTimeout(min(o.ttl, maxReleaseWait)))
 	cancel()
@@ -299,7 +309,7 @@ func (o *batchOptions) run(cmd *cobra.Command) (err error) {
 				how = "the same batch again with --run-id " + o.runID + " runs its rest"
 			}
 			fmt.Fprintln(cmd.ErrOrStderr(), "lanectl: warning: the batch paused without --checkpoint FILE: "+how)
-		} else if err := writeCheckpoint(o.checkpoint, res.Checkpoint, o.checkpointNamespace()); err != nil {
+		} else if err := writeCheckpoint(o.checkpoint, o.checkpointFile(res.Checkpoint, server)); err != nil {
 			return err
 		}
 	}
@@ -467,25 +477,30 @@ func (o *batchOptions) pausedText() string {
 	return "not run: the batch paused without --checkpoint or --run-id, so nothing can resume it"
 }
 
-// checkpointNamespace is the namespace a checkpoint of this batch
-// records: the lanes' namespace, or "" with --local, whose lanes live in
-// this process alone.
-func (o *batchOptions) checkpointNamespace() string {
+// checkpointFile is the checkpoint file of cp, a checkpoint of this
+// batch, whose lanes were on server (redisServer).
+func (o *batchOptions) checkpointFile(cp *sched.Checkpoint, server string) checkpointFile {
 	if o.local {
-		return ""
+		return checkpointFile{Checkpoint: cp, Local: true}
 	}
-	return o.global.namespace
+	return checkpointFile{Checkpoint: cp, Namespace: o.global.namespace, Server: server}
 }
 
-// resumeNamespace makes a resumed batch run in ns, the namespace of its
-// checkpoint, so that its calls queue with the other runners of the lanes
-// it paused in, whatever the resuming shell's LANES_NAMESPACE. A namespace
-// given by --namespace or $LANES_NAMESPACE must be ns (a usage error
-// otherwise); ns is "" in a checkpoint of a --local batch or of a lanectl
-// before it was recorded, and then the namespace given is used.
-func (o *batchOptions) resumeNamespace(ns string) error {
-	g := o.global
+// resumeTarget makes a resumed batch run where its checkpoint's ran
+// (was): with --local when that one did, without it when not, and in its
+// namespace, so that its calls queue with the other runners of the lanes
+// it paused in, whatever the resuming shell's LANES_NAMESPACE. A
+// namespace given by --namespace or $LANES_NAMESPACE must be the
+// checkpoint's (a usage error otherwise). Its server is checked once the
+// backend is open (run). A checkpoint of a lanectl before these were
+// recorded names none, and is resumed as told.
+func (o *batchOptions) resumeTarget(was checkpointFile) error {
+	g, ns := o.global, was.Namespace
 	switch {
+	case was.Local && !o.local:
+		return usageErrorf("the checkpoint is of a --local batch, whose lanes were in its own process: resume it with --local")
+	case !was.Local && ns != "" && o.local:
+		return usageErrorf("the checkpoint's batch ran on Redis, in namespace %q: resume it without --local", ns)
 	case ns == "" || ns == g.namespace:
 	case g.nsFromFlag:
 		return usageErrorf("--namespace %q is not the checkpoint's namespace %q: a batch resumes in the namespace it paused in", g.namespace, ns)
@@ -495,6 +510,22 @@ func (o *batchOptions) resumeNamespace(ns string) error {
 		g.namespace = ns
 	}
 	return nil
+}
+
+// redisServer names the Redis server of b, "host:port/db", without the
+// password; "" for the lanes of --local, and for a Cluster (whose seed
+// addresses may differ from run to run).
+func redisServer(b lanes.Backend) string {
+	rb, ok := b.(*redisBackend)
+	if !ok {
+		return ""
+	}
+	c, ok := rb.client.(*redis.Client)
+	if !ok {
+		return ""
+	}
+	opt := c.Options()
+	return fmt.Sprintf("%s/%d", opt.Addr, opt.DB)
 }
 
 // resumeCommand is the command line that resumes this batch from its

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/alicebob/miniredis/v2"
 )
 
 // The tests of this file are issue 11's cases on `lanectl batch`, checked
@@ -150,6 +152,12 @@ read_only_hint = true
 			t.Fatalf("checkpoint file: %v, %v; want one only its owner reads", fi, err)
 		}
 
+		if local { // its lanes were in its process: a resume on Redis is refused
+			code, _, stderr := runBin(t, append(slices.Clone(flags[:len(flags)-1]), "--resume", cp)...)
+			if code != exitUsage || !strings.Contains(stderr, "resume it with --local") {
+				t.Errorf("batch --resume of a --local batch's checkpoint without --local = %d, %q; want %d", code, stderr, exitUsage)
+			}
+		}
 		code, out, stderr := runBin(t, append(global, append(flags, "--resume", cp)...)...)
 		if code != 0 {
 			t.Fatalf("batch --resume = %d, stderr %q; want 0", code, stderr)
@@ -380,7 +388,9 @@ echo "ns $LANES_NAMESPACE"`
 // shell without the variable: the checkpoint records the namespace, so the
 // resumed calls queue with the other runners of the lanes they paused in.
 // A namespace given that is not the checkpoint's is refused (exit 64), and
-// nothing runs. Real Redis.
+// nothing runs; so are another server, and --local (a new user's trial saw
+// the resume run on the server of the shell's default, beside none of the
+// batch's other runners). Real Redis.
 func TestBatchResumeKeepsTheNamespaceRealRedis(t *testing.T) {
 	s := newRealRedis(t)
 	dir := t.TempDir()
@@ -404,17 +414,25 @@ read_only_hint = true
 	}
 	checkOutcomes(t, decodeBatch(t, p.stdout.String()), []want{{"c1", "read", "ok", ""}, {"c2", "read", "interrupted", "the batch paused"}})
 
+	other := miniredis.RunT(t) // another server
 	for _, refused := range []struct {
-		env  []string
-		args []string
+		env   []string
+		args  []string
+		flags []string
+		says  string
 	}{
-		{nil, []string{"--namespace", s.ns + "-other"}},
-		{[]string{"LANES_NAMESPACE=" + s.ns + "-other"}, nil},
+		{nil, []string{"--namespace", s.ns + "-other"}, flags, "is not the checkpoint's namespace"},
+		{[]string{"LANES_NAMESPACE=" + s.ns + "-other"}, nil, flags, "is not the checkpoint's namespace"},
+		{nil, []string{"--redis", "redis://" + other.Addr()}, flags[2:], "the checkpoint's batch ran on the Redis at 127.0.0.1:"},
+		{nil, nil, append(slices.Clone(flags), "--local"), "resume it without --local"},
 	} {
-		q := startBinEnv(t, refused.env, append(refused.args, append(flags, "--resume", cp)...)...)
-		if code := q.wait(t); code != exitUsage || !strings.Contains(q.stderr.String(), "is not the checkpoint's namespace") {
-			t.Errorf("resume with %v %v = %d, stderr %q; want %d naming the checkpoint's namespace", refused.env, refused.args, code, q.stderr, exitUsage)
+		q := startBinEnv(t, refused.env, append(refused.args, append(refused.flags, "--resume", cp)...)...)
+		if code := q.wait(t); code != exitUsage || !strings.Contains(q.stderr.String(), refused.says) {
+			t.Errorf("resume with %v %v %v = %d, stderr %q; want %d saying %q", refused.env, refused.args, refused.flags, code, q.stderr, exitUsage, refused.says)
 		}
+	}
+	if keys := other.Keys(); len(keys) != 0 {
+		t.Errorf("a refused resume on another server wrote %v there", keys)
 	}
 	if n := countLines(t, log, "start c2"); n != 0 {
 		t.Fatalf("a refused resume ran c2 (%d times)", n)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/lanes-dev/lanes/cmd/lanectl/internal/pausesignal"
 	"github.com/lanes-dev/lanes/lanes"
@@ -66,8 +67,8 @@ func pauseOnSIGUSR1(sigs <-chan os.Signal) (<-chan struct{}, func() bool) {
 // writeCheckpoint writes cp to path as JSON, in place of what path held,
 // readable by its owner only (it holds the calls' arguments). Another
 // process reading path sees the old file or the new one, never part of it.
-func writeCheckpoint(path string, cp *sched.Checkpoint, namespace string) error {
-	data, err := json.MarshalIndent(checkpointFile{cp, namespace}, "", "  ")
+func writeCheckpoint(path string, cf checkpointFile) error {
+	data, err := json.MarshalIndent(cf, "", "  ")
 	if err != nil {
 		return fmt.Errorf("cannot encode the checkpoint: %w", err)
 	}
@@ -92,37 +93,46 @@ func writeCheckpoint(path string, cp *sched.Checkpoint, namespace string) error 
 	return nil
 }
 
-// checkpointFile is a checkpoint file: sched.Checkpoint's fields, and the
-// namespace of the lanes the batch ran in ("" for --local), which
-// sched.Checkpoint does not hold.
+// checkpointFile is a checkpoint file: sched.Checkpoint's fields, and
+// where the batch's lanes were, which sched.Checkpoint does not hold: a
+// resume runs there (batchOptions.resumeTarget). A file of a lanectl
+// before these were recorded has none of them.
 type checkpointFile struct {
 	*sched.Checkpoint
+	// Local: the batch ran --local, its lanes in its own process.
+	Local bool `json:"local,omitempty"`
+	// Namespace of its lanes in Redis; "" with Local.
 	Namespace string `json:"namespace,omitempty"`
+	// Server is the Redis server of its lanes, "host:port/db" with no
+	// password (redisServer); "" with Local, or on a Cluster.
+	Server string `json:"server,omitempty"`
 }
 
-// readCheckpoint reads a checkpoint that writeCheckpoint wrote, and the
-// namespace it recorded ("" when none).
-func readCheckpoint(path string) (*sched.Checkpoint, string, error) {
+// readCheckpoint reads a checkpoint that writeCheckpoint wrote.
+func readCheckpoint(path string) (checkpointFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("cannot read the checkpoint %s: %w", path, pathErr(err))
+		return checkpointFile{}, fmt.Errorf("cannot read the checkpoint %s: %w", path, pathErr(err))
 	}
 	defer f.Close()
 	cf := checkpointFile{Checkpoint: new(sched.Checkpoint)}
 	dec := json.NewDecoder(&limitReader{f: f, left: maxCheckpoint})
 	if err := dec.Decode(&cf); err != nil {
-		return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: %v", path, err)
+		return checkpointFile{}, fmt.Errorf("%s is not a checkpoint of lanectl batch: %v", path, err)
 	}
 	cp := cf.Checkpoint
 	if cp.RunID == "" || len(cp.Calls) != len(cp.Outcomes) {
-		return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: it needs a run_id and one outcome per call", path)
+		return checkpointFile{}, fmt.Errorf("%s is not a checkpoint of lanectl batch: it needs a run_id and one outcome per call", path)
 	}
 	if cf.Namespace != "" {
 		if err := lanes.ValidateNamespace(cf.Namespace); err != nil {
-			return nil, "", fmt.Errorf("%s is not a checkpoint of lanectl batch: its namespace: %v", path, err)
+			return checkpointFile{}, fmt.Errorf("%s is not a checkpoint of lanectl batch: its namespace: %v", path, err)
 		}
 	}
-	return cp, cf.Namespace, nil
+	if len(cf.Server) > 1024 || strings.ContainsAny(cf.Server, "@ \t\n") {
+		return checkpointFile{}, fmt.Errorf("%s is not a checkpoint of lanectl batch: its server %.80q is no host:port/db", path, cf.Server)
+	}
+	return cf, nil
 }
 
 // pathErr drops the path an *fs.PathError repeats.
