@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanes-dev/lanes/internal/evict"
 	"github.com/lanes-dev/lanes/redislane"
 )
 
@@ -45,7 +46,9 @@ inconsistency in one line: a state key missing while the others exist, keys
 left by an older lanes (protocol 1), an entry its holders, queues or
 deadlines do not list, a member of those that no entry accounts for, a
 key record that lists a holder the key does not have or counts waiters its
-queue does not hold. It exits 0 when it found
+queue does not hold, a server whose maxmemory-policy may evict the keys
+(allkeys-*: every lock and batch refuses it, unless --allow-eviction). It
+exits 0 when it found
 nothing, 1 when it found something (and, with --repair, repaired it).
 
 --repair fixes what it found: stray members are removed, key records mended
@@ -119,6 +122,13 @@ func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
 	r, err := d.Doctor(ctx, o.repair)
 	if err != nil {
 		return o.global.unavailable(err)
+	}
+	if rb, ok := d.(*redisBackend); ok && !o.global.allowEviction && o.global.getenv("LANES_ALLOW_EVICTION") != "1" {
+		// what every lock, batch and mcp serve refuses (exit 78): a
+		// namespace whose keys may be evicted one at a time
+		if p, err := evict.Evicting(ctx, rb.client); err == nil && p != "" {
+			r.Problems = append(r.Problems, fmt.Sprintf("the server's maxmemory-policy is %s, which may evict the namespace's keys one at a time: lock, batch and mcp serve refuse it (exit 78); set noeviction (or a volatile-* policy), or pass --allow-eviction knowing what it risks", p))
+		}
 	}
 	if o.global.json {
 		if err := (jsonPrinter{cmd.OutOrStdout()}).write(newDoctorView(r)); err != nil {

@@ -77,8 +77,19 @@ func TestLockRefusesEvictingRedis(t *testing.T) {
 		t.Fatalf("lock on an allkeys-lru server = %d, %q; want %d naming the policy and --allow-eviction", code, stderr, exitConfig)
 	}
 	assertOneLine(t, stderr)
+	if strings.Contains(stderr, "redislane") {
+		t.Errorf("lock on an allkeys-lru server: %q; want the flag's words, not the Go package's", stderr)
+	}
 	if code, _, stderr := runInProcess(t, s.args("--allow-eviction", "lock", "k", "--", "true")...); code != exitOK {
 		t.Fatalf("lock --allow-eviction = %d, %q; want 0", code, stderr)
+	}
+	// doctor reports it as a problem (a new user's trial saw "no problem
+	// found", exit 0, where every lock failed), but not when allowed
+	if code, out, stderr := runInProcess(t, s.args("doctor")...); code != exitNotFound || !strings.Contains(out, "problem: the server's maxmemory-policy is allkeys-lru") {
+		t.Errorf("doctor on an allkeys-lru server = %d, %q %q; want %d and the policy as a problem", code, out, stderr, exitNotFound)
+	}
+	if code, out, stderr := runInProcess(t, s.args("--allow-eviction", "doctor")...); code != exitOK {
+		t.Errorf("doctor --allow-eviction on an allkeys-lru server = %d, %q %q; want 0", code, out, stderr)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -397,12 +398,21 @@ func jsonAsked(args []string) bool {
 // errorLine formats err as the one line lanectl prints for it, without the
 // password of the Redis URL.
 func errorLine(err error, rawURL string) string {
-	msg := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", "; ")), " ")
+	text := err.Error()
+	if m := evictableWords.FindStringSubmatch(text); m != nil && errors.Is(err, redislane.ErrEvictable) {
+		// redislane's words name its Go option: a CLI user has a flag
+		text = fmt.Sprintf("the Redis server's maxmemory-policy is %s, which may evict the keys of namespace %s one at a time; set noeviction (or a volatile-* policy), or pass --allow-eviction knowing what it risks", m[1], m[2])
+	}
+	msg := strings.Join(strings.Fields(strings.ReplaceAll(text, "\n", "; ")), " ")
 	if rawURL != "" {
 		msg = redactSecret(msg, rawURL)
 	}
 	return "lanectl: " + strings.TrimPrefix(msg, "lanectl: ")
 }
+
+// evictableWords finds the policy and the namespace in redislane's
+// ErrEvictable message.
+var evictableWords = regexp.MustCompile(`maxmemory-policy is (\S+), which may evict the keys of namespace (\S+) one at a time`)
 
 // quietRedisLogs stops go-redis from logging to stderr: lanectl reports
 // every error itself, in one line.
