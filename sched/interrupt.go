@@ -146,6 +146,41 @@ func (cp *Checkpoint) toRun(i int) bool {
 	return s == "" || s == Interrupted
 }
 
+// cancelPaused settles as never dispatched the jobs a pause kept for the
+// checkpoint when the run was cancelled while it paused (lanectl: a
+// SIGINT after SIGUSR1, while the running calls finish): the cancellation
+// ends the rest instead, and no checkpoint is made of them. A tool's
+// question (Interrupt) keeps its checkpoint. A new user's trial saw a
+// checkpoint written, and the calls printed "interrupted", beside
+// "interrupted by SIGINT: the batch was cancelled".
+func (r *run) cancelPaused() {
+	if r.ctx.Err() == nil {
+		return
+	}
+	r.mu.Lock()
+	var jobs []job
+	if r.paused && r.asker == "" {
+		for i, st := range r.state {
+			if st == nil {
+				continue
+			}
+			kept := st.pending[:0]
+			for _, op := range st.pending {
+				if st.results[op] == nil { // never started (notStarted)
+					jobs = append(jobs, job{call: i, op: op})
+				} else {
+					kept = append(kept, op)
+				}
+			}
+			st.pending = kept
+		}
+	}
+	r.mu.Unlock()
+	for _, j := range jobs {
+		r.notStarted(j, context.Cause(r.ctx))
+	}
+}
+
 // checkpoint returns the checkpoint of a halted run, or nil when no call
 // was left to run.
 func (r *run) checkpoint() *Checkpoint {

@@ -137,6 +137,7 @@ func (r *run) run(parent context.Context) (*Result, error) {
 		r.runPhase(phase)
 	}
 
+	r.cancelPaused()
 	res := &Result{Outcomes: r.outcomes}
 	res.Checkpoint = r.checkpoint()
 	if r.o.Review != nil {

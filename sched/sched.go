@@ -323,6 +323,11 @@ const (
 	EventStarted  EventKind = "started"  // its body runs
 	EventFinished EventKind = "finished" // its outcome is known
 	EventStored   EventKind = "stored"   // its outcome came from the run's records (Status, Why)
+	// EventInterrupted: held back before it started, for the checkpoint,
+	// by a pause or another call's question (Status Interrupted, Why the
+	// cause); a cancellation during a pause ends it never dispatched after
+	// all (a Finished event).
+	EventInterrupted EventKind = "interrupted"
 )
 
 // errInterrupted is the cause that halts admissions after an interrupt.

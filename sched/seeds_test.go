@@ -228,6 +228,51 @@ func TestPauseCheckpointsAndResumes(t *testing.T) {
 	})
 }
 
+// A cancellation while the batch pauses (lanectl: SIGINT after SIGUSR1,
+// while the running call finishes) cancels the rest instead: the calls
+// the pause held back end never dispatched, and there is no checkpoint. A
+// new user's trial saw them "interrupted", with a checkpoint, beside
+// "interrupted by SIGINT: the batch was cancelled". In memory, on
+// miniredis and on real Redis.
+func TestCancelWhilePausedCancelsTheRest(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e *env) {
+		p := e.probe
+		s := e.scheduler(config(p, parallel(), map[string]sched.Tool{"w": {Safe: safe, Concurrency: sched.Concurrency{Key: "k", Limit: 1}}}))
+		p.gate("a")
+		pause := make(chan struct{})
+		held := make(chan string, 8)
+		onEvent := func(ev sched.Event) {
+			if ev.Kind == sched.EventInterrupted {
+				held <- ev.CallID
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := runAsync(t, ctx, s, calls("a:w", "b:w", "c:w"), sched.Options{RunID: "paused-cancel", Pause: pause, OnEvent: onEvent})
+		p.waitStarted(t, "a")
+		close(pause)
+		// b and c wait for a's lane, in a's phase: the pause holds them
+		// back at once, before the cancellation
+		for range 2 {
+			recv(t, held, "an interrupted event of b or c")
+		}
+		cancel()
+		p.open("a")
+		res := done.wait(t)
+		if res.Checkpoint != nil {
+			t.Errorf("checkpoint %+v after a cancellation while paused; want none", res.Checkpoint)
+		}
+		for _, o := range res.Outcomes[1:] {
+			if o.Status != sched.NeverDispatched || o.Code != sched.CodeNeverStarted {
+				t.Errorf("%s after a cancellation while paused: %s %s %v; want never dispatched", o.CallID, o.Status, o.Code, o.Err)
+			}
+		}
+		if got := p.snapshot(); slices.Contains(got, "start b") || slices.Contains(got, "start c") {
+			t.Errorf("log %v; want b and c never started", got)
+		}
+	})
+}
+
 // Each outcome carries the code of why it is not OK. In memory, on
 // miniredis and on real Redis.
 func TestOutcomeCodes(t *testing.T) {

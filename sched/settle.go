@@ -25,6 +25,7 @@ func (r *run) notStarted(j job, err error) {
 		st := r.state[j.call]
 		st.pending = append(st.pending, j.op)
 		r.mu.Unlock()
+		r.emit(Event{Kind: EventInterrupted, CallID: c.ID, Tool: c.Tool, Operation: j.op, Entry: j.entry, Status: Interrupted, Why: errText(context.Cause(r.admit))})
 		return
 	case r.ctx.Err() != nil:
 		o.Status, o.Code, o.Err = NeverDispatched, CodeNeverStarted, fmt.Errorf("never dispatched: %v", context.Cause(r.ctx))
