@@ -155,12 +155,12 @@ type Status struct {
 	// of its keys without room for it would grant: on every key it queues
 	// on (not those it borrows) the holders and the waiters before it are
 	// at most Limit, and on some exactly Limit; and no rate holds it back
-	// (RateWait 0). It is the time left, after the step, until the
-	// earliest lease among the holders of those keys (no key of more than
-	// 1,000 holders, and no place past the 1,000th, is looked at, for the
-	// cost): the earliest, since a holder of another key that releases
-	// sends the waiter no hint. Whole ms from the
-	// Redis backend. A holder whose runner died sends no hint when its
+	// (RateWait 0). It is the time left, after the step, until the latest
+	// over those keys of the earliest lease among their holders (no key of
+	// more than 1,000 holders, and no place past the 1,000th, is looked at,
+	// for the cost); a step that removes a holder of one of its keys
+	// without granting it sends it a Hint of its ID alone, so that it looks
+	// again. Whole ms from the Redis backend. A holder whose runner died sends no hint when its
 	// lease runs out, so the Session polls the entry then, as Redisson's
 	// waiters wait out the lock's remaining TTL, instead of at its next
 	// heartbeat; a live holder renews its lease first, and the poll's

@@ -95,9 +95,10 @@ func NewMemory(opts ...MemoryOption) *Memory {
 type step struct {
 	m       *Memory
 	now     time.Time
-	granted []ownedHint // grants this step made for their owners
-	told    []ownedHint // entries removed or taken over on someone else's behalf
-	forcing bool        // an operator's release is removing entries
+	granted []ownedHint     // grants this step made for their owners
+	told    []ownedHint     // entries removed or taken over on someone else's behalf
+	forcing bool            // an operator's release is removing entries
+	freed   map[string]bool // keys a holder left in this step (scan)
 }
 
 // ownedHint is one hint to give an owner.
@@ -221,7 +222,7 @@ func (st *step) holderTTLs(out []Status) {
 // room for it would grant it, so that no waiter polls for nothing: on
 // every key it queues on, the holders and waiters before it are at most
 // Limit (and its place within the first holderTTLMax); and no rate holds
-// it back (holderTTLs: its RateWait is 0). It is the time until the earliest, over the keys where they
+// it back (holderTTLs: its RateWait is 0). It is the time until the latest, over the keys where they
 // are exactly Limit, of the earliest lease among their holders (a key of
 // more than holderTTLMax holders is not looked at, as in Redis). m.mu is
 // held.
@@ -254,7 +255,7 @@ func (st *step) holderTTL(e *memEntry) time.Duration {
 		if key.IsZero() {
 			return 0
 		}
-		if first.IsZero() || key.Before(first) {
+		if key.After(first) {
 			first = key
 		}
 	}
@@ -713,6 +714,10 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 		}
 		if e.held {
 			m.holders[l.Key] = slices.DeleteFunc(m.holders[l.Key], func(x *memEntry) bool { return x == e })
+			if st.freed == nil {
+				st.freed = map[string]bool{}
+			}
+			st.freed[l.Key] = true
 		} else {
 			m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 		}
@@ -803,6 +808,10 @@ func (st *step) scan(touched map[string]bool) {
 	slices.SortFunc(cands, func(a, b *memEntry) int { return cmp.Compare(a.seq, b.seq) })
 	rated := map[string]bool{}
 	for _, e := range cands {
+		if !e.held && !m.eligible(e) && st.lookAgain(e) {
+			st.told = append(st.told, ownedHint{e.Owner.ID, Hint{ID: e.ID}})
+			continue
+		}
 		if !e.held && m.eligible(e) {
 			st.grant(e, true)
 			for _, l := range e.Lanes {
@@ -823,6 +832,22 @@ func (st *step) scan(touched map[string]bool) {
 	if len(rated) > 0 {
 		st.scan(rated)
 	}
+}
+
+// lookAgain reports whether the waiting entry e, not granted by scan, is
+// told to look again, as lib.lua's scan tells it: it waits on more than one
+// key, and a holder of one of them left in this step. Its HolderTTL (the
+// latest of its keys' first deadlines) may have been that holder's, and
+// the holder of another key sends no hint when its lease runs out.
+func (st *step) lookAgain(e *memEntry) bool {
+	keys, freed := 0, false
+	for _, l := range e.Lanes {
+		if e.borrowed[l.Key] == nil {
+			keys++
+			freed = freed || st.freed[l.Key]
+		}
+	}
+	return freed && keys > 1
 }
 
 // eligible reports whether the waiting entry e may hold every key it named:

@@ -54,7 +54,7 @@ func Run(t *testing.T, h Harness) {
 		{"DeadHolderExpires", testDeadHolder},
 		{"HolderTTL", testHolderTTL},
 		{"DeadHolderTakenOverAtItsDeadline", testDeadHolderTakenOverAtItsDeadline},
-		{"HolderTTLEarliestOfItsKeys", testHolderTTLEarliestOfItsKeys},
+		{"HolderTTLOfSeveralKeys", testHolderTTLOfSeveralKeys},
 		{"DeadHolderOfOneKeyTakenOverAtItsDeadline", testDeadHolderOfOneKeyTakenOverAtItsDeadline},
 		{"DeadWaiterIsPurged", testDeadWaiter},
 		{"StatsCountExpiries", testStats},

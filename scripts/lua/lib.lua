@@ -535,10 +535,14 @@ local function flush()
   dirty = {}
 end
 
+-- drop_holder removes id from the holders of the key record r, and marks
+-- r freed in this step (r.f: scan tells a waiter of that key it does not
+-- grant to look again).
 local function drop_holder(r, id)
   for i, h in ipairs(r.h) do
     if h == id then
       table.remove(r.h, i)
+      r.f = true
       return
     end
   end
@@ -1356,6 +1360,21 @@ local function scan(touched)
     local e = load(c[2])
     if e and e.s == 'w' and eligible(e) then
       grant(e, true, nil, true)
+    elseif e and e.s == 'w' then
+      -- A waiter of several keys not granted though a holder of one of
+      -- them left in this step: its holder TTL (the latest of its keys'
+      -- first deadlines) may have been that holder's, and the holder of
+      -- another key sends no hint when its lease runs out. Its owner is
+      -- told to look again (one step a holder's end; a review saw a dead
+      -- holder taken over 13 s late).
+      local keys, freed = 0, false
+      for _, kl in ipairs(e.k) do
+        if not borrowed(e, kl[1]) then
+          keys = keys + 1
+          freed = freed or kget(kl[1]).f
+        end
+      end
+      if freed and keys > 1 then told[#told + 1] = {e.o, e.id} end
     elseif not e then
       -- A member whose entry has no record, or one that does not decode
       -- (edited by hand), though its deadline lives: a leftover, which
@@ -1452,7 +1471,7 @@ end
 -- first_deadline returns the earliest deadline still ahead (ms of the Redis
 -- clock) of the holders of key, or false when it has none, or more than
 -- PURGE_ALL (then none is looked at); seen memoizes it per key within one
--- finish. A waiting status carries its holder TTL, the earliest such
+-- finish. A waiting status carries its holder TTL, the latest such
 -- deadline less NOW over the keys where one holder's end makes room for
 -- it, when that would grant it: on every key it queues on, its place is
 -- within the first limit (queue_place) and the holders and waiters before
@@ -1463,10 +1482,11 @@ end
 -- Redis's CPU; then the first 1,000 waiters of a full semaphore of 1,000
 -- polling cost its holders their leases; a holder on a rate-only lane, or
 -- beside a rate that held the waiter for a minute, made it poll for
--- nothing). The earliest, not the latest: a holder of another key that
--- releases grants nobody and sends no hint, so a waiter that polled at
--- its deadline only would learn of a dead holder's end a lease late (a
--- review saw 13 s). A deadline at or before NOW belongs to an
+-- nothing). The latest, not the earliest: a waiter of two keys would
+-- otherwise poll at every renewal of a short lease on one while a long one
+-- holds the other (a review: 500 such waiters, 25,000 commands/s). A
+-- holder that leaves one of its keys without granting it tells it to look
+-- again instead (scan), so that it learns the other key's deadline. A deadline at or before NOW belongs to an
 -- entry a bounded reap left (more is set) or a lender kept for its
 -- borrowers: not a time to poll at.
 local function first_deadline(key, seen)
@@ -1550,7 +1570,7 @@ function finish(out, was)
                 first = false
                 break
               end
-              if not first or v < first then first = v end
+              if not first or v > first then first = v end
             end
           end
         end
@@ -2016,7 +2036,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- queued on lanes (each {key, limit string, limit}) at places (its
   -- place on each, in order), from the key states ks the step leaves, by
   -- finish's rule (first_deadline): among the first limit waiters (at most
-  -- PURGE_ALL) on each key with at most limit before it, and the earliest
+  -- PURGE_ALL) on each key with at most limit before it, and the latest
   -- over the keys where exactly limit are of their earliest deadline: of
   -- the holders the step started with
   -- (st[6], from lean_live) and, when the step granted the key (st[8]), of
@@ -2034,7 +2054,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         local v = st[6]
         if st[8] and (not v or dl < v) then v = dl end
         if not v then return 0 end
-        if not first or v < first then first = v end
+        if not first or v > first then first = v end
       end
     end
     return first and first - NOW or 0
