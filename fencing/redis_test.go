@@ -249,3 +249,38 @@ func TestRedisGuardEvictionPolicyRealRedis(t *testing.T) {
 		})
 	}
 }
+
+// Private redis-server (real Redis), allkeys-lru: a guard whose policy
+// read meets BUSY (a long script runs) returns an error, and reads the
+// policy again at its next Check, which refuses the server. A review found
+// BUSY taken for "cannot tell" and remembered as a pass for good, after
+// which the guard accepted stale tokens.
+func TestRedisGuardBusyIsNoPassRealRedis(t *testing.T) {
+	srv := redisproc.StartServer(t, redisproc.ServerOptions{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru", "--busy-reply-threshold", "100"}})
+	ctx := context.Background()
+	rc, busy, admin := srv.Client(), srv.Client(), srv.Client()
+	g, err := fencing.NewRedisGuard(rc, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- busy.Eval(ctx, "while true do end", nil).Err() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(fmt.Sprint(admin.Ping(ctx).Err()), "BUSY") {
+		if time.Now().After(deadline) {
+			t.Fatal("the server never answered BUSY while a script loops")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	err = g.Check(ctx, "res", 5)
+	if err == nil || errors.Is(err, fencing.ErrStale) || errors.Is(err, fencing.ErrEvictable) {
+		t.Errorf("Check while the server is BUSY = %v; want the server's error", err)
+	}
+	if err := admin.ScriptKill(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err := g.Check(ctx, "res", 5); !errors.Is(err, fencing.ErrEvictable) {
+		t.Fatalf("Check once the script ended, allkeys-lru = %v; want ErrEvictable: a BUSY reply is no pass", err)
+	}
+}

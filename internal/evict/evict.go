@@ -22,10 +22,13 @@ type infoer interface {
 // c: every primary of a *redis.ClusterClient, every shard of a *redis.Ring,
 // else the one server of a client with an Info method. It returns "" when
 // none has such a policy, and also when it cannot tell: a server that
-// refuses INFO with a Redis error (an ACL, a managed service), a reply
-// without the field (miniredis), a client without an Info method. Any
-// other error (the network, ctx) is returned as go-redis gave it. It makes
-// one INFO round trip per server.
+// refuses INFO with a Redis error (an ACL's NOPERM, a managed service's
+// unknown command), a reply without the field (miniredis), a client
+// without an Info method. A Redis error that says the server is busy for
+// now (BUSY, LOADING, TRYAGAIN, MASTERDOWN, CLUSTERDOWN) is returned, as is
+// any other error (the network, ctx), as go-redis gave it: a caller that
+// remembers a pass must not remember one it did not see. It makes one INFO
+// round trip per server.
 func Evicting(ctx context.Context, c any) (string, error) {
 	var (
 		mu    sync.Mutex // ForEachMaster and ForEachShard run one goroutine per server
@@ -57,7 +60,7 @@ func policy(ctx context.Context, c infoer) (string, error) {
 	info, err := c.Info(ctx, "memory").Result()
 	if err != nil {
 		var re redis.Error
-		if errors.As(err, &re) {
+		if errors.As(err, &re) && !transient(re.Error()) {
 			return "", nil // INFO refused: cannot tell
 		}
 		return "", err
@@ -68,4 +71,15 @@ func policy(ctx context.Context, c infoer) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// transient reports whether a Redis error reply says the server cannot
+// answer for now, rather than that it refuses INFO.
+func transient(msg string) bool {
+	for _, p := range []string{"BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
