@@ -219,7 +219,15 @@ func (e *unreachableError) Error() string {
 	if permissionDenied(e.err) {
 		return fmt.Sprintf("Redis at %s refused access: %v", e.url, e.err)
 	}
-	msg := fmt.Sprintf("cannot reach Redis at %s: %v", e.url, e.err)
+	// the cause alone: a step's error repeats the backend's words
+	// ("lanes: backend unavailable: redis namespace NS: ...") that lock's
+	// first connection does not have
+	cause := strings.TrimPrefix(e.err.Error(), lanes.ErrUnavailable.Error()+": ")
+	cause = stepWords.ReplaceAllString(cause, "")
+	if strings.Contains(cause, "redis: can't parse") || strings.Contains(cause, "redis: invalid reply") {
+		return fmt.Sprintf("the server at %s answered, but not in Redis's protocol (is it a Redis server, and the port right?): %s", e.url, cause)
+	}
+	msg := fmt.Sprintf("cannot reach Redis at %s: %s", e.url, cause)
 	if strings.HasPrefix(e.url, "rediss://") && !strings.Contains(msg, "tls:") {
 		msg += " (is the server speaking TLS?)"
 	}
@@ -228,6 +236,10 @@ func (e *unreachableError) Error() string {
 	}
 	return msg
 }
+
+// stepWords is the start of redislane's words for a step that could not
+// reach the server.
+var stepWords = regexp.MustCompile(`^redis namespace \S+: `)
 
 // unreachable is the unreachableError of err for the server g names.
 func (g *globalOptions) unreachable(err error) *unreachableError {
