@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -544,14 +545,27 @@ func (o *batchOptions) resumeCommand() (cmd string, secret bool) {
 	} else if o.global.nsFromFlag {
 		args = append(args, "--namespace", shellWord(o.global.namespace))
 	}
-	args = append(args, "batch", "--tools", shellWord(o.tools), "--resume", shellWord(o.checkpoint))
+	args = append(args, "batch", "--tools", shellWord(absPath(o.tools)), "--resume", shellWord(absPath(o.checkpoint)))
 	if o.local {
 		args = append(args, "--local")
 	}
 	if o.reply {
-		args = append(args, "--reply", "--calls", shellWord(o.calls))
+		args = append(args, "--reply", "--calls", shellWord(absPath(o.calls)))
 	}
 	return strings.Join(args, " "), secret
+}
+
+// absPath is the file p names, made absolute, so that a command line
+// printed for later runs from any directory; p itself when it is "-"
+// (standard input) or cannot be made absolute.
+func absPath(p string) string {
+	if p == "-" || p == "" {
+		return p
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // shellWord quotes s for a POSIX shell when it holds a byte outside the

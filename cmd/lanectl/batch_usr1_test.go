@@ -141,6 +141,11 @@ func TestResumeCommandNamesFlags(t *testing.T) {
 	} {
 		o := &batchOptions{global: &tc.g, tools: "t.toml", checkpoint: "/tmp/my ck.json", local: tc.local}
 		got, secret := o.resumeCommand()
+		// a relative --tools is printed absolute: the command runs from
+		// any directory (a new user's trial found it only ran from the
+		// same one)
+		abs, _ := filepath.Abs("t.toml")
+		tc.want = strings.Replace(tc.want, "--tools t.toml", "--tools "+shellWord(abs), 1)
 		if got != tc.want || secret != tc.secret {
 			t.Errorf("%s: resumeCommand() = %q, %v; want %q, %v", tc.name, got, secret, tc.want, tc.secret)
 		}

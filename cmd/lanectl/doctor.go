@@ -134,7 +134,7 @@ func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
 		if err := (jsonPrinter{cmd.OutOrStdout()}).write(newDoctorView(r)); err != nil {
 			return err
 		}
-	} else if err := writeReport(cmd.OutOrStdout(), r); err != nil {
+	} else if err := writeReport(cmd.OutOrStdout(), r, redactURL(o.global.redisURL)); err != nil {
 		return err
 	}
 	if !r.OK() {
@@ -143,8 +143,9 @@ func (o *doctorOptions) runDoctor(cmd *cobra.Command) error {
 	return nil
 }
 
-// writeReport writes doctor's report for people.
-func writeReport(w io.Writer, r *redislane.Report) error {
+// writeReport writes doctor's report for people, of a namespace on the
+// server at url (redacted).
+func writeReport(w io.Writer, r *redislane.Report, url string) error {
 	epoch := r.Epoch
 	switch {
 	case epoch == "" && len(r.Missing) > 0:
@@ -152,7 +153,10 @@ func writeReport(w io.Writer, r *redislane.Report) error {
 	case epoch == "":
 		epoch = "none (no state)"
 	}
-	fmt.Fprintf(w, "namespace %s, epoch %s\n", r.Namespace, epoch)
+	if url != "" {
+		url = " on " + url
+	}
+	fmt.Fprintf(w, "namespace %s%s, epoch %s\n", r.Namespace, url, epoch)
 	if r.Resets > 0 {
 		fmt.Fprintf(w, "reset %s since it was made (a state key was lost, or a repair): each ended every lease and waiter\n", plural(int(r.Resets), "time"))
 	}

@@ -121,18 +121,21 @@ func TestDoctorReportLines(t *testing.T) {
 	long := "reset the namespace: some of its keys were missing (every entry ended)"
 	var b strings.Builder
 	r := &redislane.Report{Namespace: "ns", Missing: []string{"lanes:{ns}:queue"}, Repairs: []string{long}}
-	if err := writeReport(&b, r); err != nil {
+	if err := writeReport(&b, r, "redis://h:1"); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
 	if !strings.Contains(out, "repaired: "+long+"\n") {
 		t.Errorf("report = %q; want the repair whole", out)
 	}
+	if !strings.HasPrefix(out, "namespace ns on redis://h:1, epoch") {
+		t.Errorf("report = %q; want it to name the server it checked", out)
+	}
 	if strings.Contains(out, "the next step resets") || !strings.Contains(out, "epoch none (some of its keys are missing)") {
 		t.Errorf("report = %q; want no promise of a reset made already, and the missing keys named in the epoch line", out)
 	}
 	b.Reset()
-	if err := writeReport(&b, &redislane.Report{Namespace: "typo"}); err != nil {
+	if err := writeReport(&b, &redislane.Report{Namespace: "typo"}, "redis://h:1"); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), "no problem found: the namespace holds no state") {
