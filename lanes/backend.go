@@ -158,9 +158,10 @@ type Status struct {
 	// (RateWait 0). It is the time left, after the step, until the latest
 	// over those keys of the earliest lease among their holders (no key of
 	// more than 1,000 holders, and no place past the 1,000th, is looked at,
-	// for the cost); a step that removes a holder of one of its keys
-	// without granting it sends it a Hint of its ID alone, so that it looks
-	// again. Whole ms from the Redis backend. A holder whose runner died sends no hint when its
+	// for the cost); a step that removes a holder of one of its keys that
+	// was to make room for it (holders and waiters before it exactly the
+	// limit) without granting it sends it a Hint of its ID alone, so that
+	// it looks again. Whole ms from the Redis backend. A holder whose runner died sends no hint when its
 	// lease runs out, so the Session polls the entry then, as Redisson's
 	// waiters wait out the lock's remaining TTL, instead of at its next
 	// heartbeat; a live holder renews its lease first, and the poll's

@@ -95,10 +95,10 @@ func NewMemory(opts ...MemoryOption) *Memory {
 type step struct {
 	m       *Memory
 	now     time.Time
-	granted []ownedHint     // grants this step made for their owners
-	told    []ownedHint     // entries removed or taken over on someone else's behalf
-	forcing bool            // an operator's release is removing entries
-	freed   map[string]bool // keys a holder left in this step (scan)
+	granted []ownedHint    // grants this step made for their owners
+	told    []ownedHint    // entries removed or taken over on someone else's behalf
+	forcing bool           // an operator's release is removing entries
+	freed   map[string]int // holders that left each key in this step (scan)
 }
 
 // ownedHint is one hint to give an owner.
@@ -715,9 +715,9 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 		if e.held {
 			m.holders[l.Key] = slices.DeleteFunc(m.holders[l.Key], func(x *memEntry) bool { return x == e })
 			if st.freed == nil {
-				st.freed = map[string]bool{}
+				st.freed = map[string]int{}
 			}
-			st.freed[l.Key] = true
+			st.freed[l.Key]++
 		} else {
 			m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 		}
@@ -836,18 +836,24 @@ func (st *step) scan(touched map[string]bool) {
 
 // lookAgain reports whether the waiting entry e, not granted by scan, is
 // told to look again, as lib.lua's scan tells it: it waits on more than one
-// key, and a holder of one of them left in this step. Its HolderTTL (the
-// latest of its keys' first deadlines) may have been that holder's, and
-// the holder of another key sends no hint when its lease runs out.
+// key, and a holder of one of them left in this step where, before the
+// step, its holders and the waiters before e were exactly the limit. Its
+// HolderTTL (the latest of its keys' first deadlines) may have been that
+// holder's, and the holder of another key sends no hint when its lease
+// runs out.
 func (st *step) lookAgain(e *memEntry) bool {
-	keys, freed := 0, false
+	m := st.m
+	keys, look := 0, false
 	for _, l := range e.Lanes {
-		if e.borrowed[l.Key] == nil {
-			keys++
-			freed = freed || st.freed[l.Key]
+		if e.borrowed[l.Key] != nil {
+			continue
+		}
+		keys++
+		if n := st.freed[l.Key]; n > 0 && !look {
+			look = len(m.holders[l.Key])+n+slices.Index(m.queues[l.Key], e) == l.Limit
 		}
 	}
-	return freed && keys > 1
+	return look && keys > 1
 }
 
 // eligible reports whether the waiting entry e may hold every key it named:

@@ -114,8 +114,17 @@ func testHolderTTLOfSeveralKeys(t *testing.T, inst Instance) {
 	}
 	check("Enqueue behind holders of 1m and 3s", w1.enqueue(req("w1", "a", 1, "b", 1)), "w1", 3*time.Second, time.Minute)
 	check("Enqueue behind holders of 1m and 3s", w2.enqueue(req("w2", "c", 1, "d", 1)), "w2", 3*time.Second, time.Minute)
+	// w3 waits on e, held, and on s (limit 3), whose two holders leave it
+	// room: a holder leaving s was not to make room for it, and tells it
+	// nothing (a review saw every waiter within a churning semaphore's
+	// room told at each release)
+	w3 := newDirect(t, inst.Backend, "ttl-mk-w3", time.Minute)
+	sem := newDirect(t, inst.Backend, "ttl-mk-sem", time.Minute)
+	wantStates(t, long.enqueue(req("he", "e", 1)), map[string]lanes.State{"he": lanes.Held})
+	wantStates(t, sem.enqueue(req("s1", "s", 3), req("s2", "s", 3)), map[string]lanes.State{"s1": lanes.Held, "s2": lanes.Held})
+	wantStates(t, w3.enqueue(req("w3", "e", 1, "s", 3)), map[string]lanes.State{"w3": lanes.Waiting})
 	hints := make(chan string, 16)
-	for _, o := range []string{"ttl-mk-w1", "ttl-mk-w2"} {
+	for _, o := range []string{"ttl-mk-w1", "ttl-mk-w2", "ttl-mk-w3"} {
 		unsub, err := inst.Backend.Subscribe(ctxT(t), o, func(hs []lanes.Hint) {
 			for _, h := range hs {
 				hints <- h.ID
@@ -126,15 +135,19 @@ func testHolderTTLOfSeveralKeys(t *testing.T, inst Instance) {
 		}
 		defer unsub()
 	}
+	sem.release("s1")        // first: a hint to w3 would come before those below
 	long.release("ha", "hc") // grants neither: b and d are held
 	told := map[string]bool{}
-	for len(told) < 2 {
+	for !told["w1"] || !told["w2"] {
 		select {
 		case id := <-hints:
 			told[id] = true
 		case <-time.After(5 * time.Second):
 			t.Fatalf("hints after the release of ha and hc: %v; want w1 and w2 told to look again", told)
 		}
+	}
+	if told["w3"] {
+		t.Error("w3 was told to look again when a holder left s, which had room for it")
 	}
 	check("Heartbeat after the 1m holders left", w1.status("w1"), "w1", 0, 3*time.Second)
 	check("Heartbeat after the 1m holders left", w2.status("w2"), "w2", 0, 3*time.Second)
@@ -143,6 +156,9 @@ func testHolderTTLOfSeveralKeys(t *testing.T, inst Instance) {
 	wantStates(t, w2.status("w2"), map[string]lanes.State{"w2": lanes.Held})
 	w1.release("w1")
 	w2.release("w2")
+	w3.release("w3")
+	sem.release("s2")
+	long.release("he")
 }
 
 // A Session's waiter of two keys, one held by a live holder that releases

@@ -535,14 +535,14 @@ local function flush()
   dirty = {}
 end
 
--- drop_holder removes id from the holders of the key record r, and marks
--- r freed in this step (r.f: scan tells a waiter of that key it does not
--- grant to look again).
+-- drop_holder removes id from the holders of the key record r, and counts
+-- the holders this step removed from r (r.f: scan tells a waiter of that
+-- key it does not grant to look again).
 local function drop_holder(r, id)
   for i, h in ipairs(r.h) do
     if h == id then
       table.remove(r.h, i)
-      r.f = true
+      r.f = (r.f or 0) + 1
       return
     end
   end
@@ -1356,25 +1356,46 @@ local function scan(touched)
     end
   end
   table.sort(cands, by_seq)
+  local atlimit = {} -- per key a holder left: the waiter at the limit before the step (queue member), or false
   for _, c in ipairs(cands) do
     local e = load(c[2])
     if e and e.s == 'w' and eligible(e) then
       grant(e, true, nil, true)
     elseif e and e.s == 'w' then
       -- A waiter of several keys not granted though a holder of one of
-      -- them left in this step: its holder TTL (the latest of its keys'
-      -- first deadlines) may have been that holder's, and the holder of
-      -- another key sends no hint when its lease runs out. Its owner is
-      -- told to look again (one step a holder's end; a review saw a dead
-      -- holder taken over 13 s late).
-      local keys, freed = 0, false
+      -- them left in this step, where before the step its holders and
+      -- the waiters before it were exactly the limit (one holder's end
+      -- was to make room for it there): its holder TTL (the latest of its
+      -- keys' first deadlines) may have been that holder's, and the holder
+      -- of another key sends no hint when its lease runs out. Its owner is
+      -- told to look again: one step a holder's end at most (a review saw
+      -- a dead holder taken over 13 s late; another, every waiter within
+      -- a churning semaphore's room told at each release, when no key
+      -- was at the limit).
+      -- On each key that one waiter is the member at place limit less the
+      -- holders before the step (from 0): one read per key a step (the
+      -- holders plus the waiters before a waiter do not change as scan
+      -- grants those before it).
+      local keys = 0
       for _, kl in ipairs(e.k) do
-        if not borrowed(e, kl[1]) then
-          keys = keys + 1
-          freed = freed or kget(kl[1]).f
+        if not borrowed(e, kl[1]) then keys = keys + 1 end
+      end
+      for _, kl in ipairs(e.k) do
+        local key = kl[1]
+        local r = keys > 1 and kget(key)
+        if r and r.f and not borrowed(e, key) then
+          local m = atlimit[key]
+          if m == nil then
+            local i = kl[2] - #r.h - r.f
+            m = i >= 0 and i < PURGE_ALL and redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(i), '1')[1] or false
+            atlimit[key] = m
+          end
+          if m == qmember(key, e.q, e.id) then
+            told[#told + 1] = {e.o, e.id}
+            break
+          end
         end
       end
-      if freed and keys > 1 then told[#told + 1] = {e.o, e.id} end
     elseif not e then
       -- A member whose entry has no record, or one that does not decode
       -- (edited by hand), though its deadline lives: a leftover, which
