@@ -161,7 +161,8 @@ type Status struct {
 	// for the cost); a step that removes a holder of one of its keys that
 	// was to make room for it (holders and waiters before it exactly the
 	// limit) without granting it sends it a Hint of its ID alone, so that
-	// it looks again. Whole ms from the Redis backend. A holder whose runner died sends no hint when its
+	// it looks again; so does one that removes the waiter ahead of the
+	// one that is then next on a key with holders. Whole ms from the Redis backend. A holder whose runner died sends no hint when its
 	// lease runs out, so the Session polls the entry then, as Redisson's
 	// waiters wait out the lock's remaining TTL, instead of at its next
 	// heartbeat; a live holder renews its lease first, and the poll's

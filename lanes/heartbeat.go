@@ -131,14 +131,14 @@ func (s *Session) pollAfter(e *entry, d time.Duration) {
 		e.pollWake.Reset(d) // every waiting reply behind a holder moves it
 		return
 	}
-	e.pollWake = time.AfterFunc(d, func() { s.pollDue(e) })
+	e.pollWake = time.AfterFunc(d, func() { _ = s.pollDue(e) })
 }
 
 // pollDue polls e when its poll timer fired at or after the time the last
 // pollAfter set, and nothing stopped it since: a timer that fired while
 // applyStatus held s.mu to move or stop it runs this late, and must not
-// poll for the reply that moved it.
-func (s *Session) pollDue(e *entry) {
+// poll for the reply that moved it. It reports whether it polled.
+func (s *Session) pollDue(e *entry) bool {
 	s.mu.Lock()
 	poll := !e.finished && e.lease == nil && !e.pollAt.IsZero() && !time.Now().Before(e.pollAt)
 	if poll {
@@ -149,6 +149,7 @@ func (s *Session) pollDue(e *entry) {
 	if poll {
 		s.wake()
 	}
+	return poll
 }
 
 // renew moves e's local deadline to TTL minus margin after sent. s.mu is held.

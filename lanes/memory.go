@@ -95,10 +95,11 @@ func NewMemory(opts ...MemoryOption) *Memory {
 type step struct {
 	m       *Memory
 	now     time.Time
-	granted []ownedHint    // grants this step made for their owners
-	told    []ownedHint    // entries removed or taken over on someone else's behalf
-	forcing bool           // an operator's release is removing entries
-	freed   map[string]int // holders that left each key in this step (scan)
+	granted []ownedHint       // grants this step made for their owners
+	told    []ownedHint       // entries removed or taken over on someone else's behalf
+	forcing bool              // an operator's release is removing entries
+	freed   map[string]int    // holders that left each key in this step (scan)
+	gone    map[string]uint64 // per key, the first waiter that left it in this step (scan)
 }
 
 // ownedHint is one hint to give an owner.
@@ -720,6 +721,12 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 			st.freed[l.Key]++
 		} else {
 			m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
+			if st.gone == nil {
+				st.gone = map[string]uint64{}
+			}
+			if g, ok := st.gone[l.Key]; !ok || e.seq < g {
+				st.gone[l.Key] = e.seq
+			}
 		}
 		touched[l.Key] = true
 	}
@@ -821,6 +828,7 @@ func (st *step) scan(touched map[string]bool) {
 			}
 		}
 	}
+	st.tellMovedUp(touched)
 	for k := range touched {
 		if len(m.holders[k]) == 0 && len(m.queues[k]) == 0 {
 			delete(m.limits, k)
@@ -831,6 +839,27 @@ func (st *step) scan(touched map[string]bool) {
 	}
 	if len(rated) > 0 {
 		st.scan(rated)
+	}
+}
+
+// tellMovedUp tells the waiter that moved up to the limit on a key of
+// touched with holders (the holders plus the waiters before it exactly the
+// limit), a waiter before it having left in this step, to look again, as
+// lib.lua's scan does: its HolderTTL was 0, and a holder whose runner died
+// sends no hint.
+func (st *step) tellMovedUp(touched map[string]bool) {
+	m := st.m
+	for _, k := range slices.Sorted(maps.Keys(touched)) {
+		g, ok := st.gone[k]
+		if !ok {
+			continue
+		}
+		delete(st.gone, k)
+		hs, q := len(m.holders[k]), m.queues[k]
+		i := m.limits[k] - hs
+		if hs > 0 && hs <= holderTTLMax && i >= 0 && i < holderTTLMax && i < len(q) && q[i].seq > g {
+			st.told = append(st.told, ownedHint{q[i].Owner.ID, Hint{ID: q[i].ID}})
+		}
 	}
 }
 

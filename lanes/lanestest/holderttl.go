@@ -184,3 +184,72 @@ func testDeadHolderOfOneKeyTakenOverAtItsDeadline(t *testing.T, inst Instance) {
 	}
 	release(t, l)
 }
+
+// A waiter that moves up to the limit on a key with holders (a waiter
+// ahead of it left) is told to look again (a hint of its id), and its
+// next status gives the holder TTL it now has: before, it had 0 and
+// learned only at its next heartbeat, and a review saw a dead holder taken
+// over 14s late after the waiter ahead cancelled.
+func testWaiterMovedUpIsToldToLookAgain(t *testing.T, inst Instance) {
+	short := newDirect(t, inst.Backend, "mu-short", 3*time.Second)
+	a := newDirect(t, inst.Backend, "mu-a", time.Minute)
+	b := newDirect(t, inst.Backend, "mu-b", time.Minute)
+	wantStates(t, short.enqueue(req("h", "k", 1)), map[string]lanes.State{"h": lanes.Held})
+	wantStates(t, a.enqueue(req("v", "k", 1)), map[string]lanes.State{"v": lanes.Waiting})
+	sts := b.enqueue(req("w", "k", 1))
+	if st := sts["w"]; st.State != lanes.Waiting || st.HolderTTL != 0 {
+		t.Fatalf("Enqueue: w behind v = %v, HolderTTL %v; want waiting, 0", st.State, st.HolderTTL)
+	}
+	hints := make(chan string, 16)
+	unsub, err := inst.Backend.Subscribe(ctxT(t), "mu-b", func(hs []lanes.Hint) {
+		for _, h := range hs {
+			hints <- h.ID
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	a.release("v") // a cancelled wait
+	select {
+	case id := <-hints:
+		if id != "w" {
+			t.Errorf("hint to w's owner after v left names %q; want w", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no hint to w's owner after v, ahead of it, left; want w told to look again")
+	}
+	if st := b.status("w")["w"]; st.State != lanes.Waiting || st.HolderTTL <= 0 || st.HolderTTL > 3*time.Second {
+		t.Errorf("Heartbeat: w, now first behind h (3s) = %v, HolderTTL %v; want waiting, in (0, 3s]", st.State, st.HolderTTL)
+	}
+	short.release("h")
+	wantStates(t, b.status("w"), map[string]lanes.State{"w": lanes.Held})
+	b.release("w")
+}
+
+// A Session's waiter behind another waiter and a holder whose runner
+// died is granted when that lease runs out, long before its own next
+// heartbeat (20s), though the waiter ahead cancelled after it queued.
+// Real clock, as the Session's timer.
+func testDeadHolderTakenOverAfterTheWaiterAheadLeft(t *testing.T, inst Instance) {
+	dead := deadOwner(t, inst.Backend, 1500*time.Millisecond, req("dead", "k", 1))
+	ahead := session(t, inst.Backend, lanes.WithTTL(time.Minute))
+	tv := enqueue(t, ahead, req("v", "k", 1))[0]
+	s := session(t, inst.Backend, lanes.WithTTL(time.Minute), lanes.WithHeartbeat(20*time.Second))
+	tk := enqueue(t, s, req("w", "k", 1))[0]
+	cctx, ccancel := context.WithCancel(ctxT(t))
+	ccancel()
+	if _, err := tv.Wait(cctx); err == nil {
+		t.Fatal("v's Wait on a cancelled context returned a lease")
+	}
+	ctx, cancel := context.WithTimeout(ctxT(t), 10*time.Second) // half the heartbeat interval
+	defer cancel()
+	l, err := tk.Wait(ctx)
+	if err != nil {
+		t.Fatalf("Wait(k) behind a dead holder (1.5s lease) after the waiter ahead left = %v; want a grant when that lease runs out, before the next heartbeat", err)
+	}
+	if l.Token("k") <= dead[0].Tokens["k"] {
+		t.Errorf("token after the takeover %d; want above the dead holder's %d", l.Token("k"), dead[0].Tokens["k"])
+	}
+	release(t, l)
+}

@@ -56,6 +56,8 @@ func Run(t *testing.T, h Harness) {
 		{"DeadHolderTakenOverAtItsDeadline", testDeadHolderTakenOverAtItsDeadline},
 		{"HolderTTLOfSeveralKeys", testHolderTTLOfSeveralKeys},
 		{"DeadHolderOfOneKeyTakenOverAtItsDeadline", testDeadHolderOfOneKeyTakenOverAtItsDeadline},
+		{"WaiterMovedUpIsToldToLookAgain", testWaiterMovedUpIsToldToLookAgain},
+		{"DeadHolderTakenOverAfterTheWaiterAheadLeft", testDeadHolderTakenOverAfterTheWaiterAheadLeft},
 		{"DeadWaiterIsPurged", testDeadWaiter},
 		{"StatsCountExpiries", testStats},
 		{"LiveWaiterIsNeverEvicted", testLiveWaiter},

@@ -1115,6 +1115,7 @@ remove = function(e, touched)
       else
         unqueue(qmember(key, e.q, e.id))
         r.w = math.max(r.w - 1, 0) -- (below 0 only from a count edited by hand)
+        r.g = math.min(r.g or e.q, e.q) -- the first waiter that left r in this step (scan)
       end
       kput(key)
       touched[key] = kl[2]
@@ -1403,6 +1404,30 @@ local function scan(touched)
       -- (a break-it review found a key stalled so).
       leftover(c[3], c[4])
     end
+  end
+  -- A waiter that moved up to the limit on a key with holders (the
+  -- holders plus the waiters before it exactly the limit), a waiter
+  -- before it having left in this step: its holder TTL was 0 (it waited
+  -- behind others), and a holder whose runner died sends no hint. Its
+  -- owner is told to look again, one waiter a key (a review saw a dead
+  -- holder taken over 14 s late after the waiter ahead cancelled).
+  local moved = {}
+  for key in pairs(touched) do
+    if kget(key).g then moved[#moved + 1] = key end
+  end
+  table.sort(moved)
+  for _, key in ipairs(moved) do
+    local r = kget(key)
+    local i = r.l - #r.h
+    if #r.h > 0 and #r.h <= PURGE_ALL and i >= 0 and i < PURGE_ALL then
+      local m, seq, id = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(i), '1')[1]
+      if m then seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$') end
+      if seq and tonumber(seq) > r.g then
+        local w = load(id)
+        if w and w.s == 'w' then told[#told + 1] = {w.o, w.id} end
+      end
+    end
+    r.g = nil
   end
   if next(RSPENT) then
     -- rate lanes: a grant on a rate key made the next of its queue the head
@@ -2387,6 +2412,14 @@ do -- (the lean steps' helpers: locals of this block alone)
         -- the general path's scan of the key: its purge looks at the
         -- holders, then a waiter behind may take the room left
         if int(st[5]) > st[4] then return nil end
+        -- the head leaves, its holders exactly the limit: the general
+        -- path tells the waiter that moves up to look again (scan)
+        if int(st[5]) == st[4] and st[4] > 0 then
+          local head = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', '1')[1]
+          for _, m in ipairs(members) do
+            if m == head then return nil end
+          end
+        end
         lean_holders(live, st)
       end
     end

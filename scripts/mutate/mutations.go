@@ -483,6 +483,30 @@ return r`},
 		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTLOfSeveralKeys",
 	},
 	{
+		Name: "core/no-look-again-when-a-waiter-ahead-leaves",
+		What: "a waiter that moves up to the limit on a key with holders, a waiter ahead of it having left, is not told to look again: its holder TTL stays 0 and it learns of a dead holder at its next heartbeat (a review: 14 s late)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if seq and tonumber(seq) > r.g then`, New: `      if false then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(WaiterMovedUp|DeadHolderTakenOverAfter)",
+	},
+	{
+		Name: "lean/leave-of-the-head-stays-lean",
+		What: "a lean release of waiters takes the head of a key whose holders fill its limit without going to the general path, which tells the waiter that moves up to look again",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `            if m == head then return nil end`, New: `            if false then return nil end`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(WaiterMovedUp|DeadHolderTakenOverAfter)",
+	},
+	{
+		Name: "memory/no-look-again-when-a-waiter-ahead-leaves",
+		What: "the memory backend does not tell a waiter that moved up to the limit to look again, where lib.lua does",
+		Edits: []Edit{
+			{File: "lanes/memory.go", Old: `			st.told = append(st.told, ownedHint{q[i].Owner.ID, Hint{ID: q[i].ID}})`, New: `			_ = q`},
+		},
+		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/(WaiterMovedUp|DeadHolderTakenOverAfter)",
+	},
+	{
 		Name: "memory/no-look-again-when-a-holder-leaves",
 		What: "the memory backend does not tell a waiter of several keys to look again when a holder leaves one of them without granting it, where lib.lua does",
 		Edits: []Edit{
