@@ -961,8 +961,16 @@ func (st *step) notify() {
 		return
 	}
 	byOwner := map[string][]Hint{}
-	for _, h := range append(st.granted, st.told...) {
+	once := map[[2]string]bool{} // an id told once a step, and not beside its grant (lib.lua's finish)
+	for _, h := range st.granted {
 		byOwner[h.owner] = append(byOwner[h.owner], h.Hint)
+		once[[2]string{h.owner, h.ID}] = true
+	}
+	for _, h := range st.told {
+		if k := [2]string{h.owner, h.ID}; !once[k] {
+			once[k] = true
+			byOwner[h.owner] = append(byOwner[h.owner], h.Hint)
+		}
 	}
 	st.m.mu.Lock()
 	hints := make(map[string]func([]Hint), len(byOwner))

@@ -211,7 +211,10 @@ func TestLeanReleaseOfWaitersRealRedis(t *testing.T) {
 	for name, n := range before {
 		got[name] -= n
 	}
-	want := map[string]int64{"time": 1, "hmget": 3, "zrangebyscore": 1, "zscore": 2, "zmscore": 1, "zrem": 2, "hdel": 1, "hset": 1}
+	// (zrangebylex: the head of k, whose holder fills its limit: the
+	// waiter next once these leave is told to look again when one of
+	// them was before it; w0 stays the head, so no more)
+	want := map[string]int64{"time": 1, "hmget": 3, "zrangebyscore": 1, "zscore": 2, "zmscore": 1, "zrem": 2, "hdel": 1, "hset": 1, "zrangebylex": 1}
 	for name, n := range got {
 		if name == "fcall" || name == "info" || name == "hello" || name == "client" {
 			continue

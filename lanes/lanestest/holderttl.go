@@ -222,9 +222,25 @@ func testWaiterMovedUpIsToldToLookAgain(t *testing.T, inst Instance) {
 	if st := b.status("w")["w"]; st.State != lanes.Waiting || st.HolderTTL <= 0 || st.HolderTTL > 3*time.Second {
 		t.Errorf("Heartbeat: w, now first behind h (3s) = %v, HolderTTL %v; want waiting, in (0, 3s]", st.State, st.HolderTTL)
 	}
-	short.release("h")
-	wantStates(t, b.status("w"), map[string]lanes.State{"w": lanes.Held})
-	b.release("w")
+	// the same where the waiter ahead is settled (Redis: the general
+	// path's step, where a cancel above took the lean one)
+	wantStates(t, short.enqueue(req("h2", "k2", 1)), map[string]lanes.State{"h2": lanes.Held})
+	wantStates(t, a.enqueue(req("v2", "k2", 1)), map[string]lanes.State{"v2": lanes.Waiting})
+	wantStates(t, b.enqueue(req("w2", "k2", 1)), map[string]lanes.State{"w2": lanes.Waiting})
+	if _, err := inst.Backend.Settle(ctxT(t), "mu-a", time.Second, []string{"v2"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-hints:
+		if id != "w2" {
+			t.Errorf("hint to w2's owner after v2 was settled names %q; want w2", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no hint to w2's owner after v2, ahead of it, was settled; want w2 told to look again")
+	}
+	short.release("h", "h2")
+	wantStates(t, b.status("w", "w2"), map[string]lanes.State{"w": lanes.Held, "w2": lanes.Held})
+	b.release("w", "w2")
 }
 
 // A Session's waiter behind another waiter and a holder whose runner
@@ -252,4 +268,41 @@ func testDeadHolderTakenOverAfterTheWaiterAheadLeft(t *testing.T, inst Instance)
 		t.Errorf("token after the takeover %d; want above the dead holder's %d", l.Token("k"), dead[0].Tokens["k"])
 	}
 	release(t, l)
+}
+
+// A waiter told to look again for several reasons in one step (a holder
+// of one of its keys left, waiters ahead of it left its other keys) is
+// told once: a review saw one step's message name it four times.
+func testLookAgainOnceAStep(t *testing.T, inst Instance) {
+	a := newDirect(t, inst.Backend, "once-a", time.Minute)
+	x := newDirect(t, inst.Backend, "once-x", 3*time.Second)
+	e := newDirect(t, inst.Backend, "once-e", time.Minute)
+	wantStates(t, a.enqueue(req("ha", "k", 1)), map[string]lanes.State{"ha": lanes.Held})
+	wantStates(t, x.enqueue(req("x1", "j1", 1), req("x2", "j2", 1)), map[string]lanes.State{"x1": lanes.Held, "x2": lanes.Held})
+	wantStates(t, a.enqueue(req("v1", "j1", 1), req("v2", "j2", 1)), map[string]lanes.State{"v1": lanes.Waiting, "v2": lanes.Waiting})
+	wantStates(t, e.enqueue(req("e", "k", 1, "j1", 1, "j2", 1)), map[string]lanes.State{"e": lanes.Waiting})
+	msgs := make(chan []string, 8)
+	unsub, err := inst.Backend.Subscribe(ctxT(t), "once-e", func(hs []lanes.Hint) {
+		var ids []string
+		for _, h := range hs {
+			ids = append(ids, h.ID)
+		}
+		msgs <- ids
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	a.release("ha", "v1", "v2")
+	select {
+	case ids := <-msgs:
+		if len(ids) != 1 || ids[0] != "e" {
+			t.Errorf("the step's hint to e's owner names %v; want e once", ids)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no hint to e's owner after ha, v1 and v2 left; want e told to look again")
+	}
+	x.release("x1", "x2")
+	wantStates(t, e.status("e"), map[string]lanes.State{"e": lanes.Held})
+	e.release("e")
 }

@@ -1569,8 +1569,18 @@ function finish(out, was)
       end
       table.insert(by[o], msg)
     end
-    for _, e in ipairs(granted) do add(e.o, {id = e.id, q = e.q, x = e.x, g = e.g}) end
-    for _, t in ipairs(told) do add(t[1], {id = t[2]}) end
+    local once = {} -- an id told once a step, and not beside its grant
+    for _, e in ipairs(granted) do
+      add(e.o, {id = e.id, q = e.q, x = e.x, g = e.g})
+      once[e.o .. '\0' .. e.id] = true
+    end
+    for _, t in ipairs(told) do
+      local k = t[1] .. '\0' .. t[2]
+      if not once[k] then
+        once[k] = true
+        add(t[1], {id = t[2]})
+      end
+    end
     for _, o in ipairs(order) do
       redis.call('PUBLISH', WAKE .. o, cjson.encode(by[o]))
     end
@@ -2388,12 +2398,15 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- general path's scan grants nobody and its purge finds nothing: on each
   -- key that keeps waiters, holders that have a deadline fill the limit.
   -- So a cancelled wait, or Session.Close of many waiters behind another
-  -- owner's holder, costs no cjson. It returns the reply, or nil (a
-  -- marker missing, a lane whose limit is not its key's, a record that
-  -- counts fewer waiters than leave, room on a key that keeps waiters, a
-  -- holder of such a key without a deadline).
+  -- owner's holder, costs no cjson; on a key whose holders fill its limit
+  -- it reads the head of the queue, and tells the waiter that becomes
+  -- next, when one that leaves was before it, to look again (scan's rule).
+  -- It returns the reply, or nil (a marker missing, a lane whose limit is
+  -- not its key's, a record that counts fewer waiters than leave, room on
+  -- a key that keeps waiters, a holder of such a key without a deadline,
+  -- a next waiter whose member or record is not of the lean form).
   local function lean_leave(ids, es, keys, ks, gone)
-    local leaving, members, live = {}, {}, {}
+    local leaving, members, live, tell, leavingm, first = {}, {}, {}, {}, nil, {}
     for i, e in ipairs(es) do
       local seq = tonumber(e[3])
       for _, kl in ipairs(e[5]) do
@@ -2401,6 +2414,7 @@ do -- (the lean steps' helpers: locals of this block alone)
         local st = ks[key]
         if not st[5] or kl[3] ~= int(st[5]) then return nil end
         leaving[key] = (leaving[key] or 0) + 1
+        first[key] = math.min(first[key] or seq, seq)
         members[#members + 1] = qmember(key, seq, ids[i])
       end
     end
@@ -2412,12 +2426,30 @@ do -- (the lean steps' helpers: locals of this block alone)
         -- the general path's scan of the key: its purge looks at the
         -- holders, then a waiter behind may take the room left
         if int(st[5]) > st[4] then return nil end
-        -- the head leaves, its holders exactly the limit: the general
-        -- path tells the waiter that moves up to look again (scan)
+        -- its holders exactly the limit: the waiter next once these
+        -- leave, when one of them was before it, is told to look again,
+        -- as the general path's scan tells it (its holder TTL was 0)
         if int(st[5]) == st[4] and st[4] > 0 then
-          local head = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', '1')[1]
-          for _, m in ipairs(members) do
-            if m == head then return nil end
+          local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', dec(leaving[key] + 1))
+          if not leavingm then
+            leavingm = {}
+            for _, m in ipairs(members) do leavingm[m] = true end
+          end
+          local next_m
+          for _, m in ipairs(ms) do
+            if not leavingm[m] then
+              next_m = m
+              break
+            end
+          end
+          if next_m then
+            local seq, wid = string.match(string.sub(next_m, #key + 2), '^(%d+)%z(.+)$')
+            if not seq or #seq ~= 16 or not id_ok(wid) or string.find(wid, '["\\]') then return nil end
+            if tonumber(seq) > first[key] then
+              local o = string.match(redis.call('HGET', K_ENTRIES, wid) or '', '^{"o":"([^"\\]+)".*,"s":"w"')
+              if not o then return nil end
+              tell[#tell + 1] = {o, wid}
+            end
           end
         end
         lean_holders(live, st)
@@ -2440,6 +2472,22 @@ do -- (the lean steps' helpers: locals of this block alone)
     end
     mrun('HSET', K_LANES, lines)
     for i = 1, #ids do out[i + 1] = 'w' end
+    if #tell > 0 then -- one message an owner, each id once
+      local by, order, seen = {}, {}, {}
+      for _, t in ipairs(tell) do
+        if not seen[t[2]] then
+          seen[t[2]] = true
+          if not by[t[1]] then
+            by[t[1]] = {}
+            order[#order + 1] = t[1]
+          end
+          table.insert(by[t[1]], '{"id":"' .. t[2] .. '"}')
+        end
+      end
+      for _, o in ipairs(order) do
+        redis.call('PUBLISH', WAKE .. o, '[' .. table.concat(by[o], ',') .. ']')
+      end
+    end
     return out
   end
 
