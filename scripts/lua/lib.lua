@@ -2444,7 +2444,7 @@ do -- (the lean steps' helpers: locals of this block alone)
           end
           if next_m then
             local seq, wid = string.match(string.sub(next_m, #key + 2), '^(%d+)%z(.+)$')
-            if not seq or #seq ~= 16 or not id_ok(wid) or string.find(wid, '["\\]') then return nil end
+            if not (seq and #seq == 16 and id_ok(wid)) or string.find(wid, '["\\]') then return nil end
             if tonumber(seq) > first[key] then
               local o = string.match(redis.call('HGET', K_ENTRIES, wid) or '', '^{"o":"([^"\\]+)".*,"s":"w"')
               if not o then return nil end
