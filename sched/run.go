@@ -1,7 +1,6 @@
 package sched
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanes-dev/lanes/internal/jsonkind"
 	"github.com/lanes-dev/lanes/lanes"
 )
 
@@ -96,7 +96,7 @@ func (r *run) run(parent context.Context) (*Result, error) {
 		// though its tool is no longer configured (a resume with another
 		// tools file): told "unknown tool", a model would call it again.
 		st.tool = r.s.cfg.Tools[c.Tool]
-		if st.tool.FanOut == nil || jsonKind(c.Args) != "an array" {
+		if st.tool.FanOut == nil || jsonkind.Of(c.Args) != "an array" {
 			if o := r.fromRecord(i, c.ID); o != nil {
 				r.settleStored(i, *o)
 				continue
@@ -253,40 +253,19 @@ func argsProblem(c Call, t Tool) string {
 		}
 		return fmt.Sprintf("arguments of %s are not JSON: %.80q", c.Tool, string(c.Args))
 	}
-	if kind := jsonKind(v); kind != "an object" {
+	if kind := jsonkind.Of(v); kind != "an object" {
 		if t.FanOut == nil || kind != "an array" {
 			return fmt.Sprintf("arguments of %s must be a JSON object, not %s", c.Tool, kind)
 		}
 		var ops []json.RawMessage
 		_ = json.Unmarshal(v, &ops)
 		for i, op := range ops {
-			if k := jsonKind(op); k != "an object" {
+			if k := jsonkind.Of(op); k != "an object" {
 				return fmt.Sprintf("arguments of %s: operation %d must be a JSON object, not %s", c.Tool, i, k)
 			}
 		}
 	}
 	return ""
-}
-
-// jsonKind names the type of the JSON value v, with an article.
-func jsonKind(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // phases splits the live calls into phases (rule 3): consecutive safe calls

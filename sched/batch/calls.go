@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lanes-dev/lanes/internal/jsonkind"
 	"github.com/lanes-dev/lanes/sched"
 )
 
@@ -97,7 +98,7 @@ func (r reader) list(v json.RawMessage, path string) ([]json.RawMessage, error) 
 	}
 	out, ok := splitArray(v)
 	if !ok {
-		return nil, r.errorf(path, "must be an array, not %s", kindOf(v))
+		return nil, r.errorf(path, "must be an array, not %s", jsonkind.Of(v))
 	}
 	return out, nil
 }
@@ -106,7 +107,7 @@ func (r reader) list(v json.RawMessage, path string) ([]json.RawMessage, error) 
 func (r reader) object(v json.RawMessage, path string) (map[string]json.RawMessage, error) {
 	out, ok := objectMap(v)
 	if v == nil || !ok {
-		return nil, r.errorf(path, "must be an object, not %s", kindOf(v))
+		return nil, r.errorf(path, "must be an object, not %s", jsonkind.Of(v))
 	}
 	return out, nil
 }
@@ -119,31 +120,9 @@ func (r reader) string(o map[string]json.RawMessage, f, path string) (string, er
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		return "", r.errorf(path+"."+f, "must be a string, not %s", kindOf(v))
+		return "", r.errorf(path+"."+f, "must be a string, not %s", jsonkind.Of(v))
 	}
 	return s, nil
-}
-
-// kindOf names the JSON type of v, with an article.
-func kindOf(v json.RawMessage) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	default:
-		return "a number"
-	}
 }
 
 // input returns Anthropic's input object as the call's arguments: missing

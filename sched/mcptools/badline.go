@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/lanes-dev/lanes/internal/jsonkind"
 )
 
 // The SDK's stdio transport ends the session at the first message it
@@ -50,8 +52,8 @@ func badLine(body []byte, lineNo int) []byte {
 		return errorReply(requestID(body), jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: input line %d is not a JSON-RPC 2.0 message: %v", lineNo, err))
 	}
 	if _, ok := msg.(*jsonrpc.Request); ok {
-		if v, ok := jsonFields(body)["params"]; ok && jsonKind(v) != "an object" && jsonKind(v) != "null" {
-			return errorReply(requestID(body), jsonrpc.CodeInvalidParams, fmt.Sprintf(`invalid params: input line %d: "params" is %s; MCP takes an object`, lineNo, jsonKind(v)))
+		if v, ok := jsonFields(body)["params"]; ok && jsonkind.Of(v) != "an object" && jsonkind.Of(v) != "null" {
+			return errorReply(requestID(body), jsonrpc.CodeInvalidParams, fmt.Sprintf(`invalid params: input line %d: "params" is %s; MCP takes an object`, lineNo, jsonkind.Of(v)))
 		}
 	}
 	if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
@@ -114,7 +116,7 @@ func errorReply(id json.RawMessage, code int, message string) []byte {
 func envelopeProblem(body []byte) string {
 	f := jsonFields(body)
 	if f == nil {
-		return "it is " + jsonKind(body) + ", not an object"
+		return "it is " + jsonkind.Of(body) + ", not an object"
 	}
 	v, ok := f["jsonrpc"]
 	switch {
@@ -123,11 +125,11 @@ func envelopeProblem(body []byte) string {
 	case string(bytes.TrimSpace(v)) != `"2.0"`:
 		return fmt.Sprintf(`"jsonrpc" is %s, not "2.0"`, bytes.TrimSpace(v))
 	}
-	if v, ok := f["method"]; ok && jsonKind(v) != "a string" {
-		return fmt.Sprintf(`"method" is %s, not a string`, jsonKind(v))
+	if v, ok := f["method"]; ok && jsonkind.Of(v) != "a string" {
+		return fmt.Sprintf(`"method" is %s, not a string`, jsonkind.Of(v))
 	}
 	if v, ok := f["id"]; ok {
-		if k := jsonKind(v); k != "a string" && k != "a number" && k != "null" {
+		if k := jsonkind.Of(v); k != "a string" && k != "a number" && k != "null" {
 			return fmt.Sprintf(`"id" is %s, not a string or a number`, k)
 		}
 	}
@@ -141,28 +143,6 @@ func jsonFields(body []byte) map[string]json.RawMessage {
 		return nil
 	}
 	return f
-}
-
-// jsonKind names the kind of the JSON value v: "an object", "an array",
-// "a string", "a number", "a boolean" or "null".
-func jsonKind(v []byte) string {
-	v = bytes.TrimSpace(v)
-	if len(v) == 0 {
-		return "empty"
-	}
-	switch v[0] {
-	case '{':
-		return "an object"
-	case '[':
-		return "an array"
-	case '"':
-		return "a string"
-	case 't', 'f':
-		return "a boolean"
-	case 'n':
-		return "null"
-	}
-	return "a number"
 }
 
 // goField finds, in an error of encoding/json, the field that did not
