@@ -1532,9 +1532,9 @@ end
 -- otherwise poll at every renewal of a short lease on one while a long one
 -- holds the other (a review: 500 such waiters, 25,000 commands/s). A
 -- holder that leaves one of its keys without granting it tells it to look
--- again instead (scan), so that it learns the other key's deadline. A deadline at or before NOW belongs to an
--- entry a bounded reap left (more is set) or a lender kept for its
--- borrowers: not a time to poll at.
+-- again instead (scan), so that it learns the other key's deadline. A
+-- deadline at or before NOW belongs to an entry a bounded reap left (more
+-- is set) or a lender kept for its borrowers: not a time to poll at.
 local function first_deadline(key, seen)
   local v = seen[key]
   if v == nil then
