@@ -188,11 +188,16 @@ type Released struct {
 // Snapshot is the state of some keys at one instant of the backend's clock.
 type Snapshot struct {
 	Namespace string
-	Time      time.Time  // the backend's clock when the snapshot was taken
-	Epoch     string     // the lifetime of the state (see Status.Epoch); "" when there is none
-	Frozen    time.Time  // after a reset, no grant happens before this instant; zero when none
-	Keys      []KeyState // sorted by key
-	Stats     Stats
+	Time      time.Time // the backend's clock when the snapshot was taken
+	Epoch     string    // the lifetime of the state (see Status.Epoch); "" when there is none
+	Frozen    time.Time // after a reset, no grant happens before this instant; zero when none
+	// Reset is true when the read that took the snapshot found part of
+	// the namespace's state lost and reset it (redislane: docs/PROTOCOL.md,
+	// "Reset and freeze"), ending every lease and waiter it had; Stats.Resets
+	// counts it. The memory backend never resets.
+	Reset bool
+	Keys  []KeyState // sorted by key
+	Stats Stats
 }
 
 // Overdue returns how many entries s shows whose deadline had passed at

@@ -432,6 +432,9 @@ func (b *Backend) Inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 		if err != nil && last != nil {
 			return last, nil // a reread's failure: the read before stands
 		}
+		if last != nil && last.Reset {
+			snap.Reset = true // a reread tells the reset of the first read
+		}
 		if err != nil || snap.Overdue() == 0 {
 			return snap, err
 		}
@@ -489,6 +492,7 @@ func (b *Backend) inspect(ctx context.Context, keys []string) (*lanes.Snapshot, 
 			snap = &p.Snapshot
 			snap.Namespace = b.ns
 		}
+		snap.Reset = snap.Reset || p.Reset
 		var left []string
 		for _, ks := range p.keys {
 			if st := states[ks.Key]; st != nil {

@@ -240,7 +240,7 @@ type pageKey struct {
 }
 
 // parsePage reads {now, epoch, {{key, limit, nh, nw, holders, waiters,
-// next}, ...}, {expired, evicted, revoked, resets, frozen}}: n keys.
+// next}, ...}, {expired, evicted, revoked, resets, frozen, reset}}: n keys.
 func parsePage(v any, n int) (*page, error) {
 	f, ok := v.([]any)
 	if !ok || len(f) != 4 {
@@ -250,16 +250,17 @@ func parsePage(v any, n int) (*page, error) {
 	epoch, ok2 := f[1].(string)
 	keys, ok3 := f[2].([]any)
 	stats, ok4 := f[3].([]any)
-	if !ok1 || !ok2 || !ok3 || !ok4 || len(stats) != 5 || (epoch != "" && len(keys) != n) {
+	if !ok1 || !ok2 || !ok3 || !ok4 || len(stats) != 6 || (epoch != "" && len(keys) != n) {
 		return nil, malformed("inspect", v)
 	}
 	p := &page{Snapshot: lanes.Snapshot{Time: msTime(now), Epoch: epoch}}
-	var counts [5]uint64
+	var counts [6]uint64
 	for i := range counts {
 		c, _ := stats[i].(int64)
 		counts[i] = uint64(max(c, 0))
 	}
 	p.Stats = lanes.Stats{ExpiredHolders: counts[0], EvictedWaiters: counts[1], Revoked: counts[2], Resets: counts[3]}
+	p.Reset = counts[5] == 1
 	if counts[4] > uint64(now) {
 		p.Frozen = msTime(int64(counts[4]))
 	}

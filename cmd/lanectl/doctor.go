@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -158,7 +160,11 @@ func writeReport(w io.Writer, r *redislane.Report, url string) error {
 	}
 	fmt.Fprintf(w, "namespace %s%s, epoch %s\n", r.Namespace, url, epoch)
 	if r.Resets > 0 {
-		fmt.Fprintf(w, "reset %s since it was made (a state key was lost, or a repair): each ended every lease and waiter\n", plural(int(r.Resets), "time"))
+		began := ""
+		if t, ok := epochTime(r.Epoch); ok {
+			began = fmt.Sprintf("; the current epoch began %s, %s ago", t.UTC().Format(time.RFC3339), ms(max(time.Since(t), 0).Milliseconds()))
+		}
+		fmt.Fprintf(w, "reset %s since it was made (a state key was lost, or a repair): each ended every lease and waiter%s\n", plural(int(r.Resets), "time"), began)
 	}
 	if r.Frozen > 0 {
 		fmt.Fprintf(w, "no grants for %s: the last reset holds them back until every lease granted before it has run out\n", ms(r.Frozen.Milliseconds()))
@@ -194,6 +200,17 @@ func writeReport(w io.Writer, r *redislane.Report, url string) error {
 		return err
 	}
 	return nil
+}
+
+// epochTime reads an epoch, the Redis clock in µs when the namespace's
+// state was made or last reset (docs/PROTOCOL.md, "Markers"); false when
+// epoch is "" or not such a number.
+func epochTime(epoch string) (time.Time, bool) {
+	us, err := strconv.ParseInt(epoch, 10, 64)
+	if err != nil || us <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(us), true
 }
 
 // sentence is a line of doctor's report, made safe as a cell is but cut

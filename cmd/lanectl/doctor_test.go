@@ -158,8 +158,9 @@ func TestDoctorTellsOfAnAutomaticReset(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, out, stderr := runInProcess(t, s.args("doctor")...)
-		if code != exitOK || !strings.Contains(out, "no problem found") || !strings.Contains(out, "reset 1 time since it was made") || !strings.Contains(out, "no grants for ") {
-			t.Fatalf("doctor after an automatic reset = %d, %q, %q; want 0, no problem, the reset and the freeze told", code, out, stderr)
+		if code != exitOK || !strings.Contains(out, "no problem found") || !strings.Contains(out, "reset 1 time since it was made") ||
+			!strings.Contains(out, "; the current epoch began 20") || !strings.Contains(out, "no grants for ") {
+			t.Fatalf("doctor after an automatic reset = %d, %q, %q; want 0, no problem, the reset (with its epoch's time) and the freeze told", code, out, stderr)
 		}
 		code, out, _ = runInProcess(t, s.args("doctor", "--json")...)
 		var r struct {

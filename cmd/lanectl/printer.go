@@ -49,6 +49,11 @@ func (p tablePrinter) Status(v statusView) error {
 	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
 		return err
 	}
+	if v.Reset {
+		if _, err := fmt.Fprintln(p.w, "reset now: this read found part of the namespace's state lost and reset it, ending every lease and waiter it had (lanectl doctor tells more)"); err != nil {
+			return err
+		}
+	}
 	if v.FrozenMS > 0 {
 		if _, err := fmt.Fprintf(p.w, "no grants for %s: the namespace's state was lost and reset; leases granted before may still run\n", ms(v.FrozenMS)); err != nil {
 			return err

@@ -29,9 +29,11 @@ tenant, fencing token, how long held, lease left) and its waiters in queue
 order (entry, position, owner, how long waiting). An entry that "lanectl
 lock" made shows the command it runs (its name, not its arguments) in the
 COMMAND column, in place of a tool and a call id. The first line names the
-server and the namespace read; a second line says so when grants are held
-back after the namespace's state was lost and reset (every lease that could
-still run ends first). A holder whose own lease ended while leases borrowed
+server and the namespace read; a line follows when this read found part of
+the namespace's state lost (a key deleted or evicted by hand) and reset it,
+as every step does (every lease and waiter of the namespace ended; --json:
+"reset"), and one when grants are held back after such a reset (every
+lease that could still run ends first). A holder whose own lease ended while leases borrowed
 from it still run shows STATE "ended": its slot stays taken until each
 borrower releases or expires. Durations are measured on the Redis clock.
 
@@ -133,8 +135,11 @@ type statusView struct {
 	Server string `json:"server,omitempty"`
 	// FrozenMS is how long grants are still held back after a reset of
 	// the namespace's state (Snapshot.Frozen); 0 when they are not.
-	FrozenMS int64       `json:"frozen_ms"`
-	Keys     []statusKey `json:"keys"`
+	FrozenMS int64 `json:"frozen_ms"`
+	// Reset: this read found part of the namespace's state lost and reset
+	// it (Snapshot.Reset), ending every lease and waiter it had.
+	Reset bool        `json:"reset"`
+	Keys  []statusKey `json:"keys"`
 	// NoLanes: the namespace has no lanes on the server at all (none of
 	// its keys exists: never used there, or mistyped); OtherNamespaces
 	// then names some that have, the closest to it first (namespaceHint).
@@ -225,7 +230,7 @@ type waiterView struct {
 // newStatusView builds the view of snap, with every duration measured
 // against snap.Time, the backend's clock, never the local one.
 func newStatusView(snap *lanes.Snapshot) statusView {
-	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time), Overdue: snap.Overdue()}
+	v := statusView{Namespace: snap.Namespace, Keys: []statusKey{}, FrozenMS: since(snap.Frozen, snap.Time), Reset: snap.Reset, Overdue: snap.Overdue()}
 	for _, k := range snap.Keys {
 		sk := statusKey{Key: k.Key, Limit: k.Limit, Holders: []holderView{}, Waiters: []waiterView{}}
 		if r := k.Rate; r != nil {

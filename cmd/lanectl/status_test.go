@@ -416,3 +416,45 @@ func TestStatusSuggestsNoRateOnlyKey(t *testing.T) {
 		t.Errorf("status zzz beside busy keys = %q; want them named, and not ratek", out)
 	}
 }
+
+// (Found by a new user's trial.) status on a namespace that had lost part
+// of its state reset it, as every step does, and said nothing when no lease
+// ended with it: a read that changed the namespace unseen. It now says so,
+// once: the read after it finds the state whole (miniredis and real Redis).
+func TestStatusSaysItsReadReset(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		ctx := context.Background()
+		l := s.hold(t, "k1")
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.c.Del(ctx, s.b.Keys()[2]).Err(); err != nil { // the queue
+			t.Fatal(err)
+		}
+		code, out, stderr := runInProcess(t, s.args("status")...)
+		if code != exitOK || !strings.Contains(out, "\nreset now: this read found part of the namespace's state lost and reset it") {
+			t.Errorf("status after the queue vanished = %d, %q, %q; want 0 and the reset told", code, out, stderr)
+		}
+		if strings.Contains(out, "no grants for ") {
+			t.Errorf("status = %q; no lease was running, so no freeze", out)
+		}
+		var v statusView
+		code, out, _ = runInProcess(t, s.args("status", "--json")...)
+		if err := json.Unmarshal([]byte(out), &v); err != nil || code != exitOK || v.Reset {
+			t.Errorf("status --json after the reset = %d, %s (%v); want reset false: the state is whole again", code, out, err)
+		}
+		if snap := s.inspect(t); snap.Stats.Resets != 1 || snap.Reset {
+			t.Errorf("Inspect() after status = resets %d, reset %v; want 1 and false", snap.Stats.Resets, snap.Reset)
+		}
+
+		// Again, with --json, and a lease running: it ends, grants freeze.
+		s.hold(t, "k2")
+		if err := s.c.Del(ctx, s.b.Keys()[4]).Err(); err != nil { // nested
+			t.Fatal(err)
+		}
+		code, out, stderr = runInProcess(t, s.args("status", "--json")...)
+		if err := json.Unmarshal([]byte(out), &v); err != nil || code != exitOK || !v.Reset || v.FrozenMS <= 0 || len(v.Keys) != 0 {
+			t.Errorf("status --json after nested vanished = %d, %s%s (%v); want reset true, a freeze, no keys", code, out, stderr, err)
+		}
+	})
+}

@@ -168,7 +168,7 @@ func (o *watchOptions) look(ctx context.Context, b lanes.Backend) (watchFrame, e
 // are overdue. The times that move on every look are left out.
 func watchSignature(v statusView) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "frozen %v overdue %d\n", v.FrozenMS > 0, v.Overdue)
+	fmt.Fprintf(&b, "frozen %v reset %v overdue %d\n", v.FrozenMS > 0, v.Reset, v.Overdue)
 	for _, k := range v.Keys {
 		fmt.Fprintf(&b, "k %q %d\n", k.Key, k.Limit)
 		for _, h := range k.Holders {

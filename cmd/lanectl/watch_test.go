@@ -192,8 +192,8 @@ func TestWatchJSON(t *testing.T) {
 				fields = append(fields, k)
 			}
 			slices.Sort(fields)
-			if !slices.Equal(fields, []string{"frozen_ms", "keys", "namespace", "time"}) {
-				t.Errorf("line fields = %q; want frozen_ms, keys, namespace, time", fields)
+			if !slices.Equal(fields, []string{"frozen_ms", "keys", "namespace", "reset", "time"}) {
+				t.Errorf("line fields = %q; want frozen_ms, keys, namespace, reset, time", fields)
 			}
 			var ts string
 			if err := json.Unmarshal(m["time"], &ts); err != nil {

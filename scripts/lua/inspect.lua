@@ -15,7 +15,8 @@
 --        spent, ms the oldest units leave the window (0: none)}, see
 --        lib.lua), (one per
 --        key asked, in order), {expired, evicted, revoked, resets, frozen
---        until (ms)}}. Holders come in grant order, then waiters in queue
+--        until (ms), reset (1: this run found part of the state lost and
+--        reset it, ending every lease and waiter; else 0)}}. Holders come in grant order, then waiters in queue
 --        order, at most the budget in all. A cursor "" starts at the key's
 --        head; next is "" when the key is done, else the cursor to go on
 --        with: "h" or "w" and the member to go on after (holders or
@@ -44,7 +45,10 @@ end
 
 err = full(false)
 if err then return err end
-if not EPOCH then return {NOW, '', {}, {0, 0, 0, 0, 0}} end
+if not EPOCH then return {NOW, '', {}, {0, 0, 0, 0, 0, 0}} end
+-- A reset takes the script's own clock as the new epoch: no earlier run
+-- can have made that one (a read that reset says so: lanectl status).
+local was_reset = EPOCH == dec(NOW_US)
 reap()
 
 local function entry(id)
@@ -105,5 +109,6 @@ local m = redis.call('HMGET', K_META, 'expired', 'evicted', 'revoked', 'resets')
 local stats = {}
 for i = 1, 4 do stats[i] = tonumber(m[i] or '0') or 0 end
 stats[5] = FROZEN
+stats[6] = was_reset and 1 or 0
 finish()
 return {NOW, EPOCH, out, stats}
