@@ -95,11 +95,12 @@ func NewMemory(opts ...MemoryOption) *Memory {
 type step struct {
 	m       *Memory
 	now     time.Time
-	granted []ownedHint       // grants this step made for their owners
-	told    []ownedHint       // entries removed or taken over on someone else's behalf
-	forcing bool              // an operator's release is removing entries
-	freed   map[string]int    // holders that left each key in this step (scan)
-	gone    map[string]uint64 // per key, the first waiter that left it in this step (scan)
+	granted []ownedHint         // grants this step made for their owners
+	told    []ownedHint         // entries removed or taken over on someone else's behalf
+	forcing bool                // an operator's release is removing entries
+	freed   map[string]int      // holders that left each key in this step (scan)
+	gone    map[string][]uint64 // per key, the waiters that left it in this step, by sequence number (scan)
+	taken   map[string]int      // waiters scan granted on each key in this step
 }
 
 // ownedHint is one hint to give an owner.
@@ -722,11 +723,9 @@ func (st *step) remove(e *memEntry, touched map[string]bool) {
 		} else {
 			m.queues[l.Key] = slices.DeleteFunc(m.queues[l.Key], func(x *memEntry) bool { return x == e })
 			if st.gone == nil {
-				st.gone = map[string]uint64{}
+				st.gone = map[string][]uint64{}
 			}
-			if g, ok := st.gone[l.Key]; !ok || e.seq < g {
-				st.gone[l.Key] = e.seq
-			}
+			st.gone[l.Key] = append(st.gone[l.Key], e.seq)
 		}
 		touched[l.Key] = true
 	}
@@ -822,6 +821,12 @@ func (st *step) scan(touched map[string]bool) {
 		if !e.held && m.eligible(e) {
 			st.grant(e, true)
 			for _, l := range e.Lanes {
+				if e.borrowed[l.Key] == nil {
+					if st.taken == nil {
+						st.taken = map[string]int{}
+					}
+					st.taken[l.Key]++
+				}
 				if !l.Rate.IsZero() && e.borrowed[l.Key] == nil {
 					rated[l.Key] = true // the next in its queue is the head now
 				}
@@ -844,20 +849,22 @@ func (st *step) scan(touched map[string]bool) {
 
 // tellMovedUp tells the waiter that moved up to the limit on a key of
 // touched with holders (the holders plus the waiters before it exactly the
-// limit), a waiter before it having left in this step, to look again, as
-// lib.lua's scan does: its HolderTTL was 0, and a holder whose runner died
-// sends no hint.
+// limit), a waiter before it having left in this step or a holder whose
+// slot no waiter was granted, to look again, as lib.lua's scan does: its
+// HolderTTL was 0, and a holder whose runner died sends no hint. A
+// hand-off (a holder's slot granted to the next) tells no one.
 func (st *step) tellMovedUp(touched map[string]bool) {
 	m := st.m
 	for _, k := range slices.Sorted(maps.Keys(touched)) {
-		g, ok := st.gone[k]
-		if !ok {
+		gone, ok := st.gone[k]
+		if !ok && st.freed[k] <= st.taken[k] {
 			continue
 		}
 		delete(st.gone, k)
 		hs, q := len(m.holders[k]), m.queues[k]
 		i := m.limits[k] - hs
-		if hs > 0 && hs <= holderTTLMax && i >= 0 && i < holderTTLMax && i < len(q) && q[i].seq > g {
+		if hs > 0 && hs <= holderTTLMax && i >= 0 && i < holderTTLMax && i < len(q) &&
+			(st.freed[k] > st.taken[k] || (ok && q[i].seq > slices.Min(gone))) {
 			st.told = append(st.told, ownedHint{q[i].Owner.ID, Hint{ID: q[i].ID}})
 		}
 	}
@@ -865,11 +872,12 @@ func (st *step) tellMovedUp(touched map[string]bool) {
 
 // lookAgain reports whether the waiting entry e, not granted by scan, is
 // told to look again, as lib.lua's scan tells it: it waits on more than one
-// key, and a holder of one of them left in this step where, before the
-// step, its holders and the waiters before e were exactly the limit. Its
-// HolderTTL (the latest of its keys' first deadlines) may have been that
-// holder's, and the holder of another key sends no hint when its lease
-// runs out.
+// key, and on one of them it is within the room now (its holders plus the
+// waiters before e fewer than the limit) while before the step that place
+// was at the limit or past it, holders or waiters before it having left in
+// this step. Its HolderTTL (the latest of its keys' first deadlines) may
+// have been that key's holder's, or 0, and the holder of another key sends
+// no hint when its lease runs out.
 func (st *step) lookAgain(e *memEntry) bool {
 	m := st.m
 	keys, look := 0, false
@@ -878,8 +886,16 @@ func (st *step) lookAgain(e *memEntry) bool {
 			continue
 		}
 		keys++
-		if n := st.freed[l.Key]; n > 0 && !look {
-			look = len(m.holders[l.Key])+n+slices.Index(m.queues[l.Key], e) == l.Limit
+		f, d := st.freed[l.Key], 0
+		for _, q := range st.gone[l.Key] {
+			if q < e.seq {
+				d++
+			}
+		}
+		if f+d > 0 && !look {
+			i := slices.Index(m.queues[l.Key], e)
+			p := len(m.holders[l.Key]) + i
+			look = i >= 0 && i < holderTTLMax && p < l.Limit && p+f+d >= l.Limit
 		}
 	}
 	return look && keys > 1

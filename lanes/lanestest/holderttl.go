@@ -306,3 +306,116 @@ func testLookAgainOnceAStep(t *testing.T, inst Instance) {
 	wantStates(t, e.status("e"), map[string]lanes.State{"e": lanes.Held})
 	e.release("e")
 }
+
+// A waiter of several keys that comes within one key's room in a step
+// while another key holds it back is told to look again, whether its place
+// there was at the limit (its holder TTL may have been that key's holder's,
+// the later one) or past it (its holder TTL was 0); and a waiter that moves
+// up to the limit because a holder left whose slot no waiter took is told
+// too (its holder TTL was 0). Each look gives the holder TTL of the key
+// still holding it back. A review saw a dead holder taken over 18.5s late
+// when the waiter before a waiter of two keys cancelled.
+func testWaiterWithinRoomIsToldToLookAgain(t *testing.T, inst Instance) {
+	long := newDirect(t, inst.Backend, "wr-long", time.Minute)
+	short := newDirect(t, inst.Backend, "wr-short", 3*time.Second)
+	xo := newDirect(t, inst.Backend, "wr-x", time.Minute)
+	wo := newDirect(t, inst.Backend, "wr-w", time.Minute)
+	hints := make(chan string, 16)
+	told := func(step, want string) {
+		t.Helper()
+		select {
+		case id := <-hints:
+			if id != want {
+				t.Errorf("%s: hint to %s's owner names %q; want %s", step, want, id, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no hint to %s's owner; want it told to look again", step, want)
+		}
+	}
+	checkTTL := func(step, id string, st lanes.Status, lo, hi time.Duration) {
+		t.Helper()
+		if st.State != lanes.Waiting || st.HolderTTL <= lo || st.HolderTTL > hi {
+			t.Errorf("%s: %s = %v, HolderTTL %v; want waiting, in (%v, %v]", step, id, st.State, st.HolderTTL, lo, hi)
+		}
+	}
+
+	// 1. At the limit before: a (limit 2) has ha and x (x is held back by
+	// c); w waits on a and on b (held 3s). x leaves: w is within a's room.
+	wantStates(t, long.enqueue(req("ha", "a", 2), req("hc", "c", 1)), map[string]lanes.State{"ha": lanes.Held, "hc": lanes.Held})
+	// (subscribed once the namespace's state is made: its making is told
+	// on the namespace's channel)
+	unsub, err := inst.Backend.Subscribe(ctxT(t), "wr-w", func(hs []lanes.Hint) {
+		for _, h := range hs {
+			if len(h.Tokens) > 0 {
+				hints <- h.ID + " granted"
+			} else {
+				hints <- h.ID
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	wantStates(t, short.enqueue(req("hb", "b", 1)), map[string]lanes.State{"hb": lanes.Held})
+	wantStates(t, xo.enqueue(req("x", "a", 2, "c", 1)), map[string]lanes.State{"x": lanes.Waiting})
+	checkTTL("Enqueue behind holders of 1m and 3s", "w", wo.enqueue(req("w", "a", 2, "b", 1))["w"], 3*time.Second, time.Minute)
+	xo.release("x")
+	told("x, before w on a, left", "w")
+	checkTTL("Heartbeat after x left", "w", wo.status("w")["w"], 0, 3*time.Second)
+
+	// 2. Past the limit before: g (limit 1) has hg and y, both long's; z
+	// waits on g and on b2 (held 3s). hg and y leave in one step.
+	wantStates(t, long.enqueue(req("hg", "g", 1), req("y", "g", 1)), map[string]lanes.State{"hg": lanes.Held, "y": lanes.Waiting})
+	wantStates(t, short.enqueue(req("hb2", "b2", 1)), map[string]lanes.State{"hb2": lanes.Held})
+	if st := wo.enqueue(req("z", "g", 1, "b2", 1))["z"]; st.State != lanes.Waiting || st.HolderTTL != 0 {
+		t.Errorf("Enqueue: z behind hg and y = %v, HolderTTL %v; want waiting, 0", st.State, st.HolderTTL)
+	}
+	long.release("hg", "y")
+	told("hg and y, before z on g, left", "z")
+	checkTTL("Heartbeat after hg and y left", "z", wo.status("z")["z"], 0, 3*time.Second)
+
+	// 3. s (limit 2) has hs1 (1m) and hs2 (3s); v waits on s and on c2
+	// (held), u on s behind v. hs1 leaves: v comes within the room and is
+	// not granted (c2 holds it back), u moves up to the limit.
+	wantStates(t, long.enqueue(req("hs1", "s", 2), req("hc2", "c2", 1)), map[string]lanes.State{"hs1": lanes.Held, "hc2": lanes.Held})
+	wantStates(t, short.enqueue(req("hs2", "s", 2)), map[string]lanes.State{"hs2": lanes.Held})
+	wantStates(t, xo.enqueue(req("v", "s", 2, "c2", 1)), map[string]lanes.State{"v": lanes.Waiting})
+	if st := wo.enqueue(req("u", "s", 2))["u"]; st.State != lanes.Waiting || st.HolderTTL != 0 {
+		t.Errorf("Enqueue: u behind v = %v, HolderTTL %v; want waiting, 0", st.State, st.HolderTTL)
+	}
+	long.release("hs1")
+	told("hs1 left s, its slot granted to nobody", "u")
+	checkTTL("Heartbeat after hs1 left", "u", wo.status("u")["u"], 0, 3*time.Second)
+
+	// 4. A hand-off tells no one: n1 (of h and a free key) is granted h
+	// when hh leaves, and n2, behind it, moves up to the limit.
+	wantStates(t, long.enqueue(req("hh", "h", 1)), map[string]lanes.State{"hh": lanes.Held})
+	wantStates(t, xo.enqueue(req("n1", "h", 1, "q", 1)), map[string]lanes.State{"n1": lanes.Waiting})
+	wantStates(t, wo.enqueue(req("n2", "h", 1)), map[string]lanes.State{"n2": lanes.Waiting})
+	long.release("hh")
+	wantStates(t, xo.status("n1"), map[string]lanes.State{"n1": lanes.Held})
+	xo.release("n1") // a hand-off to n2, whose owner hears of its grant
+	select {
+	case id := <-hints:
+		if id != "n2 granted" {
+			t.Errorf("hint to wr-w's owner: %q; want n2's grant, and no look again before it (a hand-off tells no one)", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no grant hint for n2")
+	}
+	wantStates(t, wo.status("n2"), map[string]lanes.State{"n2": lanes.Held})
+	wo.release("n2")
+	select {
+	case id := <-hints:
+		t.Errorf("hint to wr-w's owner names %q; want none past those above", id)
+	default:
+	}
+	short.release("hb", "hb2", "hs2")
+	long.release("hc", "hc2")
+	wantStates(t, wo.status("w", "z", "u"), map[string]lanes.State{"w": lanes.Held, "z": lanes.Held, "u": lanes.Held})
+	wantStates(t, xo.status("v"), map[string]lanes.State{"v": lanes.Held})
+	wo.release("w", "z", "u")
+	xo.release("v")
+	long.release("ha")
+}

@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"HolderTTLOfSeveralKeys", testHolderTTLOfSeveralKeys},
 		{"DeadHolderOfOneKeyTakenOverAtItsDeadline", testDeadHolderOfOneKeyTakenOverAtItsDeadline},
 		{"WaiterMovedUpIsToldToLookAgain", testWaiterMovedUpIsToldToLookAgain},
+		{"WaiterWithinRoomIsToldToLookAgain", testWaiterWithinRoomIsToldToLookAgain},
 		{"LookAgainOnceAStep", testLookAgainOnceAStep},
 		{"DeadHolderTakenOverAfterTheWaiterAheadLeft", testDeadHolderTakenOverAfterTheWaiterAheadLeft},
 		{"DeadWaiterIsPurged", testDeadWaiter},

@@ -983,6 +983,7 @@ local function grant(e, queued, dl, hint)
       if queued then
         redis.call('ZREM', K_QUEUE, qmember(key, e.q, e.id))
         r.w = math.max(r.w - 1, 0) -- (below 0 only from a count edited by hand)
+        r.a = (r.a or 0) + 1 -- the waiters scan granted on r in this step
       end
       r.l = kl[2]
       r.h[#r.h + 1] = e.id
@@ -1116,6 +1117,8 @@ remove = function(e, touched)
         unqueue(qmember(key, e.q, e.id))
         r.w = math.max(r.w - 1, 0) -- (below 0 only from a count edited by hand)
         r.g = math.min(r.g or e.q, e.q) -- the first waiter that left r in this step (scan)
+        r.gs = r.gs or {} -- and each one's sequence number (scan)
+        r.gs[#r.gs + 1] = e.q
       end
       kput(key)
       touched[key] = kl[2]
@@ -1357,26 +1360,27 @@ local function scan(touched)
     end
   end
   table.sort(cands, by_seq)
-  local atlimit = {} -- per key a holder left: the waiter at the limit before the step (queue member), or false
+  local crossed = {} -- per key a holder or waiter left: place (holders plus waiters before) of the members that may have crossed the limit, by member
   for _, c in ipairs(cands) do
     local e = load(c[2])
     if e and e.s == 'w' and eligible(e) then
       grant(e, true, nil, true)
     elseif e and e.s == 'w' then
-      -- A waiter of several keys not granted though a holder of one of
-      -- them left in this step, where before the step its holders and
-      -- the waiters before it were exactly the limit (one holder's end
-      -- was to make room for it there): its holder TTL (the latest of its
-      -- keys' first deadlines) may have been that holder's, and the holder
-      -- of another key sends no hint when its lease runs out. Its owner is
-      -- told to look again: one step a holder's end at most (a review saw
-      -- a dead holder taken over 13 s late; another, every waiter within
-      -- a churning semaphore's room told at each release, when no key
-      -- was at the limit).
-      -- On each key that one waiter is the member at place limit less the
-      -- holders before the step (from 0): one read per key a step (the
-      -- holders plus the waiters before a waiter do not change as scan
-      -- grants those before it).
+      -- A waiter of several keys not granted (another key holds it back)
+      -- that came within a key's room in this step, where before the step
+      -- its place there (the holders plus the waiters before it) was at
+      -- the limit or past it: its holder TTL (the latest of its keys'
+      -- first deadlines) may have been that key's holder's, or 0, and the
+      -- holder of another key sends no hint when its lease runs out. Its
+      -- owner is told to look again (reviews saw dead holders taken over
+      -- 13 s late when a holder of the other key left, and 18 s late when
+      -- a waiter before it did; another, every waiter within a churning
+      -- semaphore's room told at each release, when none had crossed).
+      -- Its place before the step is its place now plus the holders (f)
+      -- and the waiters before it (d) that left the key; a grant moves a
+      -- waiter before it to the holders, which leaves its place as it is.
+      -- The waiters that may have crossed are the last f plus D (every
+      -- waiter that left) places within the room: one read per key a step.
       local keys = 0
       for _, kl in ipairs(e.k) do
         if not borrowed(e, kl[1]) then keys = keys + 1 end
@@ -1384,14 +1388,23 @@ local function scan(touched)
       for _, kl in ipairs(e.k) do
         local key = kl[1]
         local r = keys > 1 and kget(key)
-        if r and r.f and not borrowed(e, key) then
-          local m = atlimit[key]
-          if m == nil then
-            local i = kl[2] - #r.h - r.f
-            m = i >= 0 and i < PURGE_ALL and redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(i), '1')[1] or false
-            atlimit[key] = m
+        if r and (r.f or r.gs) and not borrowed(e, key) then
+          local f, d, gs = r.f or 0, 0, r.gs or {}
+          for _, q in ipairs(gs) do
+            if q < e.q then d = d + 1 end
           end
-          if m == qmember(key, e.q, e.id) then
+          local at = crossed[key]
+          if at == nil then
+            at = {}
+            local from, upto = math.max(kl[2] - f - #gs, #r.h), math.min(kl[2], PURGE_ALL + #r.h)
+            if upto > from then
+              local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(from - #r.h), dec(upto - from))
+              for j, m in ipairs(ms) do at[m] = from + j - 1 end
+            end
+            crossed[key] = at
+          end
+          local p = at[qmember(key, e.q, e.id)]
+          if p and p + f + d >= kl[2] then
             told[#told + 1] = {e.o, e.id}
             break
           end
@@ -1407,13 +1420,16 @@ local function scan(touched)
   end
   -- A waiter that moved up to the limit on a key with holders (the
   -- holders plus the waiters before it exactly the limit), a waiter
-  -- before it having left in this step: its holder TTL was 0 (it waited
-  -- behind others), and a holder whose runner died sends no hint. Its
-  -- owner is told to look again, one waiter a key (a review saw a dead
-  -- holder taken over 14 s late after the waiter ahead cancelled).
+  -- before it having left in this step, or a holder whose slot no waiter
+  -- was granted: its holder TTL was 0 (it waited behind others), and a
+  -- holder whose runner died sends no hint. Its owner is told to look
+  -- again, one waiter a key (a review saw a dead holder taken over 14 s
+  -- late after the waiter ahead cancelled). A hand-off (a holder's slot
+  -- granted to the next) tells no one: that would add a step to each.
   local moved = {}
   for key in pairs(touched) do
-    if kget(key).g then moved[#moved + 1] = key end
+    local r = kget(key)
+    if r.g or r.f then moved[#moved + 1] = key end
   end
   table.sort(moved)
   for _, key in ipairs(moved) do
@@ -1422,12 +1438,12 @@ local function scan(touched)
     if #r.h > 0 and #r.h <= PURGE_ALL and i >= 0 and i < PURGE_ALL then
       local m, seq, id = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(i), '1')[1]
       if m then seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$') end
-      if seq and tonumber(seq) > r.g then
+      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > (r.a or 0)) then
         local w = load(id)
         if w and w.s == 'w' then told[#told + 1] = {w.o, w.id} end
       end
     end
-    r.g = nil
+    r.g, r.gs = nil, nil
   end
   if next(RSPENT) then
     -- rate lanes: a grant on a rate key made the next of its queue the head
@@ -2407,6 +2423,7 @@ do -- (the lean steps' helpers: locals of this block alone)
   -- a next waiter whose member or record is not of the lean form).
   local function lean_leave(ids, es, keys, ks, gone)
     local leaving, members, live, tell, leavingm, first = {}, {}, {}, {}, nil, {}
+    table.sort(keys) -- the hints in key order, as scan's
     for i, e in ipairs(es) do
       local seq = tonumber(e[3])
       for _, kl in ipairs(e[5]) do
@@ -2624,12 +2641,13 @@ do -- (the lean steps' helpers: locals of this block alone)
     if state == 'w' then return lean_leave(ids, es, keys, ks, gone) end
     -- The holders each key keeps once es are gone, and the limit each
     -- released lane names (scan counts its room from it).
-    local limit, handoff = {}, false
+    local limit, handoff, freed = {}, false, {}
     for i = 1, n do
       for _, kl in ipairs(es[i][5]) do
         local st = ks[kl[1]]
         if not st[5] or kl[3] ~= int(st[5]) or not lean_drop(st, ids[i]) then return nil end
         limit[kl[1]] = kl[3]
+        freed[kl[1]] = (freed[kl[1]] or 0) + 1
         if st[2] > 0 then handoff = true end
       end
     end
@@ -2649,7 +2667,10 @@ do -- (the lean steps' helpers: locals of this block alone)
         if st[2] > 0 then
           lean_holders(live, st) -- a purge looks at them
           local room = limit[key] - st[4]
-          if room > RATE_SCAN then return nil end
+          -- a freed slot that no waiter takes, with waiters left (more
+          -- holders than the limit, by hand): the general path's scan
+          -- tells the waiter at the limit to look again
+          if room > RATE_SCAN or (room < freed[key] and st[2] > room) then return nil end
           if room > 0 then
             local ms = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', '0', dec(room + 2))
             -- fewer members than the record counts: the queue lost some;

@@ -468,25 +468,49 @@ return r`},
 		Name: "core/no-look-again-when-a-holder-leaves",
 		What: "a holder that leaves one key of a waiter of several without granting it does not tell the waiter to look again: timed by that holder's deadline, it learns of a dead holder of its other key at its next heartbeat (a review: 13.4 s late)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `          if m == qmember(key, e.q, e.id) then
+			{File: "scripts/lua/lib.lua", Old: `          if p and p + f + d >= kl[2] then
             told[#told + 1] = {e.o, e.id}`, New: `          if false then
             told[#told + 1] = {e.o, e.id}`},
 		},
-		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(HolderTTLOfSeveralKeys|DeadHolderOfOneKey)",
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(HolderTTLOfSeveralKeys|DeadHolderOfOneKey|WaiterWithinRoom)",
 	},
 	{
 		Name: "core/look-again-for-every-waiter-within-room",
 		What: "a holder's removal tells every waiter of several keys within that key's room to look again, not only one whose holders and waiters ahead were exactly the limit before the step: each release of a churning semaphore makes every such waiter look (a review: releases 5 to 11 times slower)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `          if m == qmember(key, e.q, e.id) then`, New: `          if true then`},
+			{File: "scripts/lua/lib.lua", Old: `          if p and p + f + d >= kl[2] then`, New: `          if true then`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/HolderTTLOfSeveralKeys",
+	},
+	{
+		Name: "core/look-again-only-from-the-limit",
+		What: "a waiter of several keys that comes within a key's room, not granted, is told to look again only where its place before the step was exactly the limit and only holders left before it (the rule before 2026-12-08): one that a waiter before it left for, or that was past the limit, keeps a holder TTL of the other key's later holder, or 0 (a review: a dead holder taken over 18.5 s late)",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `          if p and p + f + d >= kl[2] then`, New: `          if p and p + f == kl[2] then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/WaiterWithinRoom",
+	},
+	{
+		Name: "core/no-look-again-when-a-freed-slot-is-not-taken",
+		What: "a waiter that moves up to the limit on a key because a holder left whose slot no waiter took is not told to look again: its holder TTL stays 0 and it learns of a dead holder at its next heartbeat",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > (r.a or 0)) then`, New: `      if seq and (r.g and tonumber(seq) > r.g) then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/WaiterWithinRoom",
+	},
+	{
+		Name: "core/look-again-at-each-hand-off",
+		What: "a hand-off (a holder's slot granted to the next waiter) tells the waiter that moves up to the limit behind it to look again: a step more for every hand-off",
+		Edits: []Edit{
+			{File: "scripts/lua/lib.lua", Old: `      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > (r.a or 0)) then`, New: `      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > 0) then`},
+		},
+		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/WaiterWithinRoom",
 	},
 	{
 		Name: "core/no-look-again-when-a-waiter-ahead-leaves",
 		What: "a waiter that moves up to the limit on a key with holders, a waiter ahead of it having left, is not told to look again: its holder TTL stays 0 and it learns of a dead holder at its next heartbeat (a review: 14 s late)",
 		Edits: []Edit{
-			{File: "scripts/lua/lib.lua", Old: `      if seq and tonumber(seq) > r.g then`, New: `      if false then`},
+			{File: "scripts/lua/lib.lua", Old: `      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > (r.a or 0)) then`, New: `      if seq and (r.f or 0) > (r.a or 0) then`},
 		},
 		Pkgs: []string{"./redislane"}, Run: "TestConformanceMiniredis/(WaiterMovedUp|DeadHolderTakenOverAfter)",
 	},
@@ -512,7 +536,23 @@ return r`},
 		Edits: []Edit{
 			{File: "lanes/memory.go", Old: `	return look && keys > 1`, New: `	return false`},
 		},
-		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/(HolderTTLOfSeveralKeys|DeadHolderOfOneKey)",
+		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/(HolderTTLOfSeveralKeys|DeadHolderOfOneKey|WaiterWithinRoom)",
+	},
+	{
+		Name: "memory/look-again-only-from-the-limit",
+		What: "the memory backend tells a waiter of several keys within a key's room to look again only where its place was exactly the limit and only holders left, where lib.lua tells it too when waiters before it left or it was past the limit",
+		Edits: []Edit{
+			{File: "lanes/memory.go", Old: `p < l.Limit && p+f+d >= l.Limit`, New: `p < l.Limit && p+f == l.Limit`},
+		},
+		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/WaiterWithinRoom",
+	},
+	{
+		Name: "memory/no-look-again-when-a-freed-slot-is-not-taken",
+		What: "the memory backend does not tell the waiter that moved up to the limit behind a holder's slot no waiter took to look again, where lib.lua does",
+		Edits: []Edit{
+			{File: "lanes/memory.go", Old: `(st.freed[k] > st.taken[k] || (ok && q[i].seq > slices.Min(gone)))`, New: `(ok && q[i].seq > slices.Min(gone))`},
+		},
+		Pkgs: []string{"./lanes"}, Run: "TestConformanceMemory/WaiterWithinRoom",
 	},
 	{
 		Name: "core/holder-ttl-beside-a-rate",
