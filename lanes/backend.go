@@ -129,6 +129,13 @@ type Status struct {
 	// Positions holds, for a Waiting entry returned by Enqueue, its place in
 	// each key's queue counted from 1. Heartbeat leaves it nil.
 	Positions map[string]int
+	// Forced is set on a Gone status of Heartbeat when the entry is gone
+	// because an operator released it by force (Backend.Release with by
+	// ""), while the backend remembers that (lanes.MaxTTL on both
+	// backends): the owner tells its holder why the lease was lost. A Gone
+	// status without it was expired, released, taken over or ended
+	// otherwise, or was released by force longer ago.
+	Forced bool
 	// Err is set when Enqueue refused this one request (its State is Gone,
 	// and nothing of it changed): see Backend.Enqueue. The batch's other
 	// requests are enqueued.

@@ -416,7 +416,7 @@ func (m *Memory) Heartbeat(ctx context.Context, owner string, ttl time.Duration,
 	for i, id := range ids {
 		e := m.entries[id]
 		if e == nil || e.Owner.ID != owner || e.ended() {
-			out[i] = Status{ID: id, State: Gone, Epoch: m.epoch}
+			out[i] = Status{ID: id, State: Gone, Epoch: m.epoch, Forced: m.forcedAt(id, st.now)}
 			continue
 		}
 		out[i] = m.status(e, false)

@@ -22,7 +22,10 @@ func malformed(what string, v any) error {
 
 // parseStatuses reads the flat reply of enqueue.lua and heartbeat.lua
 // (docs/PROTOCOL.md, protocol 4): {epoch, more, then per status: id,
-// state, seq, wait ms, holder TTL ms, n, and n values}, n statuses.
+// state, seq, wait ms, holder TTL ms, n, and n values}, n statuses. A
+// heartbeat's "f" (gone: released by force, while its tombstone lives) is
+// Gone with Forced set; the scripts before it sent "g" there, which reads
+// as Gone as before.
 func parseStatuses(v any, n int) ([]lanes.Status, error) {
 	f, ok := v.([]any)
 	if !ok || len(f) < 2 {
@@ -51,7 +54,7 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 		detail := f[at+6 : at+6+int(m)]
 		at += 6 + int(m)
 		refused := state == "e" || state == "x" || state == "t" || state == "b"
-		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) || (state == "g" && len(detail) != 0) ||
+		if (refused && len(detail) != 1) || (state == "c" && len(detail) != 2) || ((state == "g" || state == "f") && len(detail) != 0) ||
 			(!refused && state != "c" && len(detail)%2 != 0) {
 			return nil, malformed("status", v)
 		}
@@ -98,6 +101,8 @@ func parseStatuses(v any, n int) ([]lanes.Status, error) {
 			}
 		case "g":
 			st.State = lanes.Gone
+		case "f":
+			st.State, st.Forced = lanes.Gone, true
 		case "e":
 			msg, _ := detail[0].(string)
 			st.State, st.Err = lanes.Gone, &lanes.EntryError{Err: lanes.ErrNotHolder, Reason: msg}

@@ -36,6 +36,7 @@ func TestReplyParsersRefuseMalformed(t *testing.T) {
 		{"fewer values than counted", []any{"ep", int64(0), "a", "h", int64(0), int64(0), int64(0), int64(4), "K", "1"}},
 		{"a status too many", []any{"ep", int64(0), "a", "g", int64(0), int64(0), int64(0), int64(0), "b", "g", int64(0), int64(0), int64(0), int64(0)}},
 		{"a state unknown", []any{"ep", int64(0), "a", "q", int64(0), int64(0), int64(0), int64(0)}},
+		{"f with values", []any{"ep", int64(0), "a", "f", int64(0), int64(0), int64(0), int64(1), "K"}},
 	} {
 		if st, err := parseStatuses(c.v, 1); !errors.Is(err, lanes.ErrUnavailable) {
 			t.Errorf("%s: parseStatuses(%v) = %+v, %v; want ErrUnavailable", c.name, c.v, st, err)
@@ -55,6 +56,13 @@ func TestReplyParsersRefuseMalformed(t *testing.T) {
 	if err != nil || st[0].State != lanes.Waiting || st[0].Positions["K"] != 3 || st[0].Seq != 7 || !st[0].Backlog ||
 		st[0].RateWait.Milliseconds() != 30 || st[0].HolderTTL.Milliseconds() != 450 || st[1].State != lanes.Gone {
 		t.Errorf("parseStatuses of a waiter and a gone entry = %+v, %v", st, err)
+	}
+	// A heartbeat's "f" is gone, released by force; the "g" the scripts
+	// before it sent there (and send for every other gone entry) is gone
+	// without it, as it always read.
+	st, err = parseStatuses([]any{"ep", int64(0), "a", "f", int64(0), int64(0), int64(0), int64(0), "b", "g", int64(0), int64(0), int64(0), int64(0)}, 2)
+	if err != nil || st[0].State != lanes.Gone || !st[0].Forced || st[1].State != lanes.Gone || st[1].Forced {
+		t.Errorf("parseStatuses of a forced and a gone entry = %+v, %v; want both gone, the first forced", st, err)
 	}
 	r, err := parseReleased([]any{"ep", "h", "w2"}, 1)
 	if err != nil || r.Was[0] != lanes.Held || len(r.Granted) != 1 || r.Granted[0] != "w2" {

@@ -96,6 +96,7 @@ func Run(t *testing.T, h Harness) {
 		{"BorrowerKeepsArrivalPlace", testBorrowerKeepsArrivalPlace},
 		{"SettledIDRefused", testSettledIDRefused},
 		{"ForcedReleaseIsTold", testForcedReleaseIsTold},
+		{"HeartbeatTellsForcedRelease", testHeartbeatTellsForcedRelease},
 		{"RevokedBorrowerReleaseIsLost", testRevokedBorrowerReleaseIsLost},
 		{"WaitAfterCloseFails", testWaitAfterCloseFails},
 		{"ReleaseAfterFailedClose", testReleaseAfterFailedClose},

@@ -296,6 +296,50 @@ func testForcedReleaseIsTold(t *testing.T, inst Instance) {
 	}
 }
 
+// A heartbeat tells an owner which of its gone entries an operator
+// released by force (Status.Forced, heartbeat.lua's "f"), holder or
+// waiter, while the backend remembers it; an entry its owner released, one
+// that expired, one never there and a new entry of a forced id are gone
+// without it.
+func testHeartbeatTellsForcedRelease(t *testing.T, inst Instance) {
+	b := inst.Backend
+	o := lanes.Owner{ID: "forced-beat", Host: "h", PID: 1}
+	dead := lanes.Owner{ID: "forced-beat-dead", Host: "h", PID: 2}
+	enqueueAs(t, b, o, req("hf", "K", 1), req("wf", "K", 1), req("hr", "L", 1), req("again", "N", 1))
+	if _, err := b.Enqueue(ctxT(t), dead, 300*time.Millisecond, []lanes.Request{req("he", "M", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Release(ctxT(t), "", []string{"wf", "hf", "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := b.Release(ctxT(t), o.ID, []string{"hr"}); err != nil || r.Was[0] != lanes.Held {
+		t.Fatalf("Release(hr) = %+v, %v; want held", r, err)
+	}
+	enqueueAs(t, b, o, req("again", "N", 1)) // a new entry of a forced id
+	if r, err := b.Release(ctxT(t), o.ID, []string{"again"}); err != nil || r.Was[0] != lanes.Held || r.Forced[0] {
+		t.Fatalf("Release(again) = %+v, %v; want held, not forced", r, err)
+	}
+	passTTL(inst, 300*time.Millisecond)
+	if inst.Advance == nil {
+		time.Sleep(600 * time.Millisecond) // past he's deadline on the real clock: not renewed then
+	}
+	ids := []string{"hf", "wf", "hr", "again", "nosuch"}
+	want := []bool{true, true, false, false, false}
+	sts, err := b.Heartbeat(ctxT(t), o.ID, time.Minute, ids)
+	if err != nil || len(sts) != len(ids) {
+		t.Fatalf("Heartbeat(%v) = %+v, %v", ids, sts, err)
+	}
+	for i, st := range sts {
+		if st.ID != ids[i] || st.State != lanes.Gone || st.Forced != want[i] || st.Err != nil {
+			t.Errorf("Heartbeat status of %s = %+v; want gone, Forced %v", ids[i], st, want[i])
+		}
+	}
+	sts, err = b.Heartbeat(ctxT(t), dead.ID, time.Minute, []string{"he"})
+	if err != nil || len(sts) != 1 || sts[0].State != lanes.Gone || sts[0].Forced {
+		t.Fatalf("Heartbeat(he), expired = %+v, %v; want gone, not forced", sts, err)
+	}
+}
+
 // Issue 19: a release whose reply was lost, and that the Session sends
 // again, reports success: the entry gone before the lease's local deadline
 // was this caller's own doing. The lane passes on at once.

@@ -14,8 +14,10 @@
 --        {epoch ("" when the namespace has no state), statuses, more}:
 --        one status per id, in order: {id, "h", {key, token, ...}, seq},
 --        {id, "w", {}, seq} ({id, "w", {}, seq, wait ms} when a rate holds
---        it back: poll it then, lib.lua) or {id, "g", {}} (gone: expired, released,
---        taken over by another owner, or ended; then it is not renewed);
+--        it back: poll it then, lib.lua), {id, "f", {}} (gone: an operator
+--        released it by force, and its tombstone "f\0id" lives) or {id, "g",
+--        {}} (gone otherwise: expired, released, taken over by another owner,
+--        or ended; then it is not renewed);
 --        more is 1 when the step left expired entries it could not remove
 --        within its bounds (REAP_MAX, DEAD_MAX): a waiter asks again at
 --        once, else 0.
@@ -75,7 +77,7 @@ for i = 5, #ARGV do
   if e and e.o == owner and not ended(e) then
     out[#out + 1] = status(e, false)
   else
-    out[#out + 1] = {id, 'g', {}}
+    out[#out + 1] = {id, tombed(id, 'f') and 'f' or 'g', {}} -- "f": its owner learns why
   end
 end
 
