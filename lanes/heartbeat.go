@@ -73,17 +73,31 @@ func (s *Session) applyStatus(e *entry, st Status, sent time.Time, polled bool) 
 		switch {
 		case reset && e.lease != nil:
 			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (%s)", e.id, resetWords))
+		case e.lease != nil && st.Forced:
+			s.lose(e, entryError(ErrLeaseLost, "entry %s %s", e.id, forcedWords))
+		case e.lease != nil && len(e.ancestors) > 0:
+			s.lose(e, entryError(ErrLeaseLost, "entry %s: %s, or the lease it borrowed a key from ended", e.id, expiredWords))
 		case e.lease != nil:
-			s.lose(e, entryError(ErrLeaseLost, "entry %s is no longer held by the backend (expired, or released by force)", e.id))
+			s.lose(e, entryError(ErrLeaseLost, "entry %s: %s", e.id, expiredWords))
 		case reset:
 			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (%s)", e.id, resetWords))
+		case st.Forced:
+			s.fail(e, entryError(ErrLeaseLost, "entry %s was removed from its queues by force (lanectl release --force)", e.id))
 		default:
-			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (expired, released by force, or taken over by another owner)", e.id))
+			s.fail(e, entryError(ErrLeaseLost, "entry %s was evicted from its queues (expired, or taken over by another owner)", e.id))
 		}
 	}
 }
 
-const resetWords = "the backend's state was reset: part of it vanished, or Redis lost its data"
+// The causes of a lost lease, in the words its holder is told.
+const (
+	resetWords = "the backend's state was reset: part of it vanished, or Redis lost its data"
+	// forcedWords follow the entry's id wherever a holder learns of a
+	// forced release: from a Heartbeat (Status.Forced), or from its own
+	// Release (Released.Forced).
+	forcedWords  = "was released by force (lanectl release --force)"
+	expiredWords = "its lease expired (no heartbeat renewed it before its deadline)"
+)
 
 // noteEpoch reads the epoch of a step's statuses: when the backend's state
 // was reset or lost since, every entry of an earlier epoch is gone, even

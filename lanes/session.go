@@ -438,7 +438,7 @@ type releasedOne struct {
 func (r releasedOne) outcome(id string, deadline time.Time, epoch string) error {
 	switch {
 	case r.forced:
-		return entryError(ErrNotHolder, "entry %s was released by force before its holder released it", id)
+		return entryError(ErrNotHolder, "entry %s %s before its holder released it", id, forcedWords)
 	case r.revoked:
 		return entryError(ErrLeaseLost, "entry %s was revoked before the release: the lease it borrowed a key from had ended (DESIGN.md invariant 10)", id)
 	case r.was == Gone && !time.Now().Before(deadline):

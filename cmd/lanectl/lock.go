@@ -573,7 +573,9 @@ func inheritedLineage(g *globalOptions) ([]string, error) {
 }
 
 // finish releases the lease after the command exited and returns lock's
-// answer: the command's status, or exit 79 when the lease was lost. guarded
+// answer: the command's status, or exit 79 when the lease was lost (its
+// release found it released by force counts too: the hint that would have
+// killed the command came after it exited). guarded
 // is what the guard did to the command (supervise.Child.Guarded): a
 // command it stopped with SIGTERM, as the lease's local deadline drew near
 // without a renewal, was stopped for the lease, and exits 79 too, whatever
@@ -596,7 +598,13 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 		// command, stopped for the lease all the same.
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease nearly lost on %s: renewals did not reach Redis until its local deadline was less than %v away; %s", o.keyList(), lease.Margin(), desc)}
 	}
-	if rerr != nil && !errors.Is(rerr, lanes.ErrLeaseLost) && !errors.Is(rerr, lanes.ErrNotHolder) {
+	if errors.Is(rerr, lanes.ErrNotHolder) {
+		// Released by force while the command ran, and its hint came too
+		// late for the heartbeat to say so first: the same cause, in the
+		// same words.
+		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; %s", o.keyList(), reason(rerr), desc)}
+	}
+	if rerr != nil && !errors.Is(rerr, lanes.ErrLeaseLost) {
 		// The command ran under the lease; the keys pass on within the TTL.
 		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s (it expires within %v): %w", o.keyList(), o.ttl, o.global.unavailable(rerr)), o.global.redisURL))
 	}

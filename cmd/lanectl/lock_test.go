@@ -184,8 +184,9 @@ func TestLockLeaseLost(t *testing.T) {
 		all := strings.Split(strings.TrimSuffix(p.stderr.String(), "\n"), "\n")
 		stderr = all[len(all)-1] + "\n"
 		assertOneLine(t, stderr)
-		if !strings.HasPrefix(stderr, "lanectl: lease lost on k: ") || !strings.Contains(stderr, "killed by SIGKILL") {
-			t.Errorf("stderr = %q; want lease lost on k ... killed by SIGKILL", stderr)
+		// It says why: the forced release, not an expiry.
+		if want := "lanectl: lease lost on k: entry " + entry + " was released by force (lanectl release --force); "; !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, "killed by SIGKILL") {
+			t.Errorf("stderr = %q; want %q ... killed by SIGKILL", stderr, want)
 		}
 		if b, _ := os.ReadFile(marker); len(b) != 0 {
 			t.Errorf("the command's marker = %q; want nothing: its SIGTERM trap ran, so it was not killed at once", b)
@@ -274,7 +275,9 @@ func TestLockWaiterReleasedByForce(t *testing.T) {
 			t.Errorf("lock evicted from the queue = %d; want %d", code, exitLeaseLost)
 		}
 		assertOneLine(t, p.stderr.String())
-		t.Logf("stderr: %s", p.stderr)
+		if want := "entry " + entry + " was removed from its queues by force (lanectl release --force)"; !strings.Contains(p.stderr.String(), want) {
+			t.Errorf("stderr = %q; want it to say %q", p.stderr, want)
+		}
 		if fileExists(ran) {
 			t.Errorf("the command ran although lanectl was never granted k")
 		}
