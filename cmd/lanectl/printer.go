@@ -258,9 +258,10 @@ func (p tablePrinter) Release(v releaseView) error {
 			return err
 		}
 	}
-	if len(v.Granted) > 0 {
-		_, err := fmt.Fprintf(p.w, "granted next: %s\n", strings.Join(v.Granted, ", "))
-		return err
+	for _, g := range v.Next {
+		if _, err := fmt.Fprintf(p.w, "granted next: %s\n", g); err != nil {
+			return err
+		}
 	}
 	return nil
 }

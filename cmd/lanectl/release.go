@@ -33,8 +33,9 @@ the next waiters and its process loses its lease (a lanectl lock kills its
 command at once, SIGKILL, and exits 79); a waiter leaves every queue. It needs --force,
 since it takes a lease from another process. On a terminal it asks before
 evicting each entry, unless --yes; without one (a script) it does not ask.
-It says which holders it evicted and which waiters were granted next, and
-exits 1 when a named entry was not found.`,
+It says which holders it evicted and which waiters were granted next, each
+named as status names a holder (owner host:pid, and its command or tool and
+call id), and exits 1 when a named entry was not found.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("release needs at least one ENTRY id (see lanectl status)")
@@ -167,6 +168,14 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 		}
 	}
 	v.Granted = append(v.Granted, rel.Granted...)
+	for _, id := range rel.Granted {
+		e, ok := after[id] // a holder now
+		if !ok {
+			e = known[id] // a waiter before (or unknown: its id alone)
+		}
+		v.Next = append(v.Next, grantedEntry{Entry: id, Keys: append([]string{}, e.keys...), Host: e.host, PID: e.pid,
+			Tool: e.tool, CallID: e.callID, Command: e.command, Tenant: e.tenant})
+	}
 	return v, missing, nil
 }
 
@@ -194,6 +203,55 @@ func borrowersOf(id string, infos map[string]entryInfo) []string {
 type releaseView struct {
 	Released []releasedEntry `json:"released"`
 	Granted  []string        `json:"granted"`
+	// Next names each entry of Granted, in its order, as `lanectl status`
+	// names a holder: its keys, owner host and pid, and its command (a
+	// `lanectl lock`) or tool and call id, and tenant.
+	Next []grantedEntry `json:"granted_holders"`
+}
+
+// grantedEntry is an entry a forced release granted, as status names it;
+// fields not known are empty (0 for the pid).
+type grantedEntry struct {
+	Entry   string   `json:"entry"`
+	Keys    []string `json:"keys"`
+	Host    string   `json:"host"`
+	PID     int      `json:"pid"`
+	Tool    string   `json:"tool"`
+	CallID  string   `json:"call_id"`
+	Command string   `json:"command"`
+	Tenant  string   `json:"tenant"`
+}
+
+// String is the entry g for people, in one line: "w1 (holder of k1, owner
+// build-7:4242, command make)", or with "tool edit, call id c1" in place
+// of the command for an entry that is not a lock, and ", tenant T" last
+// when it has one.
+func (g grantedEntry) String() string {
+	parts := make([]string, 0, 5)
+	if len(g.Keys) > 0 {
+		parts = append(parts, "holder of "+cell(strings.Join(g.Keys, ", ")))
+	}
+	if g.Host != "" || g.PID != 0 {
+		parts = append(parts, "owner "+owner(g.Host, g.PID))
+	}
+	switch {
+	case g.Command != "":
+		parts = append(parts, "command "+cell(g.Command))
+	case g.Tool != "" || g.CallID != "":
+		if g.Tool != "" {
+			parts = append(parts, "tool "+cell(g.Tool))
+		}
+		if g.CallID != "" {
+			parts = append(parts, "call id "+cell(g.CallID))
+		}
+	}
+	if g.Tenant != "" {
+		parts = append(parts, "tenant "+cell(g.Tenant))
+	}
+	if len(parts) == 0 {
+		return ident(g.Entry)
+	}
+	return ident(g.Entry) + " (" + strings.Join(parts, ", ") + ")"
 }
 
 type releasedEntry struct {
@@ -231,6 +289,9 @@ type entryInfo struct {
 	lineage []string
 	host    string
 	pid     int
+	// what status shows of it beside: the command of a `lanectl lock`
+	// (lockCommand), else its tool and call id; and its tenant
+	command, tool, callID, tenant string
 }
 
 // entryInfos returns what snap tells of each of its entries.
@@ -247,7 +308,12 @@ func entryInfos(snap *lanes.Snapshot) map[string]entryInfo {
 		if len(keys) == 0 {
 			keys = append(keys, key)
 		}
-		out[e.ID] = entryInfo{keys: keys, held: held, ended: ended, lineage: e.Lineage, host: e.Owner.Host, pid: e.Owner.PID}
+		info := entryInfo{keys: keys, held: held, ended: ended, lineage: e.Lineage, host: e.Owner.Host, pid: e.Owner.PID,
+			command: lockCommand(e), tenant: e.Tenant}
+		if info.command == "" {
+			info.tool, info.callID = e.Tool, e.CallID
+		}
+		out[e.ID] = info
 	}
 	for _, k := range snap.Keys {
 		for _, h := range k.Holders {

@@ -4,9 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
 )
 
 // The JSON contract of `release --json`.
@@ -64,7 +70,7 @@ func TestReleaseTable(t *testing.T) {
 	want := "released h1 (holder of k1)\n" +
 		"removed waiter w3 (queued on k1, k3)\n" +
 		"removed waiter w2 (queued on k1)\n" +
-		"granted next: w1\n"
+		"granted next: w1 (holder of k1, owner test-host:4242)\n"
 	if out != want {
 		t.Errorf("release printed:\n%s\nwant:\n%s", out, want)
 	}
@@ -121,7 +127,7 @@ func TestReleaseConfirm(t *testing.T) {
 	if !strings.HasPrefix(stderr, wantPrompts) {
 		t.Errorf("stderr = %q; want the prompts %q first", stderr, wantPrompts)
 	}
-	if want := "released h1 (holder of k1)\ngranted next: w1\n"; out != want {
+	if want := "released h1 (holder of k1)\ngranted next: w1 (holder of k1, owner test-host:4242)\n"; out != want {
 		t.Errorf("stdout = %q; want %q", out, want)
 	}
 	snap := s.inspect(t)
@@ -151,11 +157,11 @@ func TestReleaseYes(t *testing.T) {
 	s := newMiniredis(t)
 	populate(t, s)
 	code, out, stderr := runOnTerminal(t, "", s.args("release", "--force", "--yes", "h1")...)
-	if code != 0 || stderr != "" || out != "released h1 (holder of k1)\ngranted next: w1\n" {
+	if code != 0 || stderr != "" || out != "released h1 (holder of k1)\ngranted next: w1 (holder of k1, owner test-host:4242)\n" {
 		t.Errorf("release --yes = %d, stdout %q, stderr %q; want 0, the release, no prompt", code, out, stderr)
 	}
 	code, out, stderr = runInProcess(t, s.args("release", "--force", "w1")...)
-	if code != 0 || stderr != "" || out != "released w1 (holder of k1)\ngranted next: w2\n" {
+	if code != 0 || stderr != "" || out != "released w1 (holder of k1)\ngranted next: w2 (holder of k1, owner test-host:4242)\n" {
 		t.Errorf("release without a terminal = %d, stdout %q, stderr %q; want 0, the release, no prompt", code, out, stderr)
 	}
 }
@@ -181,7 +187,7 @@ func TestReleaseConfirmPTY(t *testing.T) {
 		t.Errorf("release = %d; want 0; output %q", code, p.out)
 	}
 	out := strings.ReplaceAll(p.out.String(), "\r\n", "\n")
-	for _, want := range []string{"left w2 alone\n", "released h1 (holder of k1)\n", "granted next: w1\n"} {
+	for _, want := range []string{"left w2 alone\n", "released h1 (holder of k1)\n", "granted next: w1 (holder of k1, owner test-host:4242)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output %q lacks %q", out, want)
 		}
@@ -189,4 +195,76 @@ func TestReleaseConfirmPTY(t *testing.T) {
 	if snap := s.inspect(t); snap.Keys[0].Holders[0].ID != "w1" || len(snap.Keys[0].Waiters) != 2 {
 		t.Errorf("k1 after the release = %+v; want w1 holding, w2 and w3 waiting", snap.Keys[0])
 	}
+}
+
+// TestReleaseNamesNextHolderAsStatusDoes: the entry a forced release
+// grants is named as `lanectl status` names a holder, not by its id alone:
+// a waiting `lanectl lock` by its owner host:pid and command, a library
+// entry by its owner, tool, call id and tenant; --json gives the same in
+// "granted_holders". The lock is another process: on miniredis and on the
+// real Redis server.
+func TestReleaseNamesNextHolderAsStatusDoes(t *testing.T) {
+	forEachServer(t, func(t *testing.T, s *server) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		h := s.hold(t, "k")
+		ready := filepath.Join(t.TempDir(), "ready")
+		p := startBin(t, s.args("lock", "k", "--", "sh", "-c", `touch "$1"; while [ -e "$1" ]; do sleep 0.02; done`, "sh", ready)...)
+		var lockEntry string
+		eventually(t, "lanectl lock waits for k", func() bool {
+			if ks := s.inspect(t).Keys; len(ks) == 1 && len(ks[0].Waiters) == 1 {
+				lockEntry = ks[0].Waiters[0].ID
+				return true
+			}
+			return false
+		})
+		// A library entry behind it, granted when the lock's lease is released.
+		if _, err := s.session(t).Enqueue(ctx, lanes.Request{ID: "w-tool", Lanes: []lanes.Lane{{Key: "k", Limit: 1}}, Tool: "edit", CallID: "call-2", Tenant: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		host, _ := os.Hostname()
+		code, out, stderr := runInProcess(t, s.args("release", "--force", h.ID())...)
+		want := "released " + h.ID() + " (holder of k)\n" +
+			"granted next: " + lockEntry + " (holder of k, owner " + host + ":" + strconv.Itoa(p.cmd.Process.Pid) + ", command sh)\n"
+		if code != 0 || out != want || stderr != "" {
+			t.Errorf("release --force of the holder = %d, %q (stderr %q); want 0, %q", code, out, stderr, want)
+		}
+		eventually(t, "the command runs", func() bool { return fileExists(ready) })
+
+		code, out, stderr = runInProcess(t, s.args("release", "--force", "--json", lockEntry)...)
+		var got struct {
+			Granted []string `json:"granted"`
+			Next    []struct {
+				Entry   string   `json:"entry"`
+				Keys    []string `json:"keys"`
+				Host    string   `json:"host"`
+				PID     int      `json:"pid"`
+				Tool    string   `json:"tool"`
+				CallID  string   `json:"call_id"`
+				Command string   `json:"command"`
+				Tenant  string   `json:"tenant"`
+			} `json:"granted_holders"`
+		}
+		if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
+			t.Fatalf("release --force --json of the lock = %d, %q (stderr %q), %v", code, out, stderr, err)
+		}
+		if len(got.Next) != 1 || !slices.Equal(got.Granted, []string{"w-tool"}) {
+			t.Fatalf("release --force --json of the lock = %s; want w-tool granted", out)
+		}
+		if n := got.Next[0]; n.Entry != "w-tool" || !slices.Equal(n.Keys, []string{"k"}) || n.Host != "test-host" || n.PID != 4242 ||
+			n.Tool != "edit" || n.CallID != "call-2" || n.Command != "" || n.Tenant != "acme" {
+			t.Errorf("granted_holders = %+v; want w-tool on k, test-host:4242, tool edit, call id call-2, tenant acme", n)
+		}
+		var table bytes.Buffer
+		if err := (tablePrinter{&table}).Release(releaseView{Next: []grantedEntry{{Entry: "w-tool", Keys: []string{"k"}, Host: "test-host", PID: 4242, Tool: "edit", CallID: "call-2", Tenant: "acme"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if want := "granted next: w-tool (holder of k, owner test-host:4242, tool edit, call id call-2, tenant acme)\n"; table.String() != want {
+			t.Errorf("the table says %q; want %q", table.String(), want)
+		}
+		os.Remove(ready)
+		if code := p.wait(t); code != exitLeaseLost {
+			t.Errorf("lock released by force = %d; want %d", code, exitLeaseLost)
+		}
+	})
 }

@@ -236,8 +236,12 @@ func (r *uiReleaser) Release(ctx context.Context, ns, entry string) (*ui.Release
 		fmt.Fprintf(r.log, "ui: release of %s of namespace %s by force from the page: it was gone already\n", cell(entry), ns)
 	} else {
 		next := "granted nobody next"
-		if len(v.Granted) > 0 {
-			next = "granted next: " + cell(strings.Join(v.Granted, ", "))
+		if len(v.Next) > 0 {
+			names := make([]string, len(v.Next))
+			for i, g := range v.Next {
+				names[i] = g.String()
+			}
+			next = "granted next: " + strings.Join(names, "; ")
 		}
 		fmt.Fprintf(r.log, "ui: released %s of namespace %s by force from the page (was %s on %s); %s\n",
 			cell(entry), ns, rel.Was, cell(strings.Join(rel.Keys, ", ")), next)
