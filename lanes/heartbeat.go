@@ -344,7 +344,7 @@ func (s *Session) releaseMarked(first func(), ids []string, marks []chan struct{
 func (s *Session) releaseOrSettle(ids []string, marks []chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.releaseTimeout)
 	defer cancel()
-	err := retry(ctx, s.interval, func(ctx context.Context) error {
+	err := s.retryRelease(ctx, func(ctx context.Context) error {
 		_, err := s.b.Release(ctx, s.owner.ID, ids)
 		return err
 	})
@@ -371,7 +371,7 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 	}
 	if step == nil { // a plain release: merged with other leases' (batch.go)
 		var rs []releasedOne
-		err = retry(ctx, s.interval, func(ctx context.Context) error {
+		err = s.retryRelease(ctx, func(ctx context.Context) error {
 			var err error
 			rs, _, err = s.rel.do(ctx, []releaseItem{{id, r.e.stamp}})
 			return err
@@ -382,7 +382,7 @@ func (s *Session) release(ctx context.Context, r *releasing, step func(context.C
 		return rs[0], nil
 	}
 	var rel Released
-	err = retry(ctx, s.interval, func(ctx context.Context) error {
+	err = s.retryRelease(ctx, func(ctx context.Context) error {
 		var err error
 		rel, err = step(ctx, []string{id})
 		return err
@@ -560,6 +560,7 @@ func (s *Session) beatStep(es []*entry, hinted bool) {
 		err = fmt.Errorf("%w: backend answered %d statuses for %d entries", ErrUnavailable, len(sts), len(ids))
 	}
 	s.lastErr = err
+	s.noteStep(err)
 	if err != nil {
 		s.tel.count(s.tel.beatFails)
 		return // the entries' timers report what this costs

@@ -267,7 +267,9 @@ func (l *Lease) Err() error {
 // expired, the backend's state was reset, or, for a borrower, it was
 // revoked when the lease it borrowed from ended);
 // ErrNotHolder if an operator had released it by force; ErrUnavailable if
-// the backend could not be reached within the release timeout (the lease
+// the backend could not be reached within the release timeout, or, once
+// the backend has refused every connection for a quarter of a second
+// (nothing listens: Redis is down), at its next refused try (the lease
 // then expires within its TTL, and the Session settles its id in the
 // background: an Enqueue of the id waits for that, then is refused with
 // ErrIDRetired while the id's tombstone lives, so that a release step
@@ -292,7 +294,7 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		s.mu.Unlock()
 		if step != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
-			_ = retry(rctx, s.interval, func(ctx context.Context) error {
+			_ = s.retryRelease(rctx, func(ctx context.Context) error {
 				_, err := step(ctx, nil) // only its record
 				return err
 			})
@@ -328,7 +330,7 @@ func (l *Lease) release(ctx context.Context, step func(context.Context, []string
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.releaseTimeout)
 		defer cancel()
-		return releaseTimedOut(retry(rctx, s.interval, func(ctx context.Context) error {
+		return releaseTimedOut(s.retryRelease(rctx, func(ctx context.Context) error {
 			_, err := step(ctx, nil) // it took no lane: only a record, if step makes one
 			return err
 		}), "entry "+e.id)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -63,7 +65,10 @@ type Session struct {
 	epoch      string    // the backend state's epoch, as last seen
 	lastErr    error     // the last heartbeat's error; nil after a success
 	inflight   time.Time // when the heartbeat now in flight was sent; zero when none
-	closed     bool
+	// refusedSince is when the backend began refusing every connection
+	// (UnixNano), 0 while it does not (noteStep)
+	refusedSince atomic.Int64
+	closed       bool
 
 	enq *batcher[Request, Status]          // Enqueue steps of concurrent callers, merged
 	rel *batcher[releaseItem, releasedOne] // Release steps of concurrent leases, merged
@@ -845,7 +850,7 @@ func (s *Session) settleLater(ids []string) <-chan struct{} {
 		ctx, cancel := context.WithTimeout(parent, budget)
 		defer cancel()
 		for piece := range slices.Chunk(ids, releasePiece) {
-			_ = retry(ctx, s.interval, func(ctx context.Context) error {
+			_ = s.retryRelease(ctx, func(ctx context.Context) error {
 				// Each try gets a release timeout, and one begun before
 				// Close ends by s.closeBy: a client ends a command at its
 				// context's deadline, not always at its cancellation.
@@ -923,9 +928,15 @@ func (s *Session) background(f func()) {
 // retry runs step until it succeeds, fails with an error that is not
 // ErrUnavailable, or ctx ends, pausing between tries up to most.
 func retry(ctx context.Context, most time.Duration, step func(context.Context) error) error {
+	return retryWhile(ctx, most, step, nil)
+}
+
+// retryWhile runs step as retry does, and also stops once more(err) is
+// false for the error of a try (more nil: never).
+func retryWhile(ctx context.Context, most time.Duration, step func(context.Context) error, more func(error) bool) error {
 	for pause := time.Millisecond; ; pause = min(2*pause, most) {
 		err := step(ctx)
-		if err == nil || !errors.Is(err, ErrUnavailable) {
+		if err == nil || !errors.Is(err, ErrUnavailable) || (more != nil && !more(err)) {
 			return err
 		}
 		select {
@@ -934,6 +945,50 @@ func retry(ctx context.Context, most time.Duration, step func(context.Context) e
 			return err
 		}
 	}
+}
+
+// refusedGrace bounds how long the Session's release and settle steps go
+// on trying once every step it sent for that long was refused a
+// connection (ECONNREFUSED: nothing listens at the backend's address, so
+// Redis is down, not slow): then each gives up at its next refused try,
+// and the lease expires at its deadline, as a Consul session or an etcd
+// lease does when its holder's unlock cannot reach the server. A blip (a reset connection, a timeout, BUSY,
+// LOADING, a server that listens again within the grace) is retried for
+// the whole release timeout, as before.
+const refusedGrace = 250 * time.Millisecond
+
+// noteStep records what a step to the backend answered, for
+// moreThanRefused: a refused connection starts the refusals' time, when
+// none was running; anything else ends it.
+func (s *Session) noteStep(err error) {
+	if err != nil && errors.Is(err, syscall.ECONNREFUSED) {
+		s.refusedSince.CompareAndSwap(0, time.Now().UnixNano())
+		return
+	}
+	s.refusedSince.Store(0)
+}
+
+// moreThanRefused notes err (noteStep) and reports whether a release or
+// settle step that failed with it is worth another try: not when every
+// step of the Session was refused a connection for refusedGrace or more.
+func (s *Session) moreThanRefused(err error) bool {
+	s.noteStep(err)
+	since := s.refusedSince.Load()
+	return since == 0 || time.Since(time.Unix(0, since)) < refusedGrace
+}
+
+// retryRelease runs a release or settle step as retry does, with the
+// Session's pause, giving up once the backend has refused connections for
+// refusedGrace (moreThanRefused): the release of a lease to a Redis that
+// is down ends at once, and the lease expires at its deadline.
+func (s *Session) retryRelease(ctx context.Context, step func(context.Context) error) error {
+	return retryWhile(ctx, s.interval, func(ctx context.Context) error {
+		err := step(ctx)
+		if err == nil || !errors.Is(err, ErrUnavailable) {
+			s.noteStep(nil) // it answered
+		}
+		return err
+	}, s.moreThanRefused)
 }
 
 // Close ends the Session: waiters fail with ErrClosed, leases end, every
@@ -993,7 +1048,7 @@ func (s *Session) Close() error {
 		var rs []releasedOne
 		err := waited
 		if err == nil {
-			err = retry(ctx, s.interval, func(ctx context.Context) error {
+			err = s.retryRelease(ctx, func(ctx context.Context) error {
 				var err error
 				rs, _, err = s.rel.do(ctx, items)
 				return err

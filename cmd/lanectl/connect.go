@@ -122,6 +122,27 @@ func (t *redisTarget) honourContexts() {
 	}
 }
 
+// dialOnce makes the client t gives dial once a try, unless the URL asked
+// for more (dialer_retries): go-redis dials five times 100ms apart in each
+// of its four tries of a command, so that a step to a server that refuses
+// connections took about 1.8s to fail, longer than lock's release timeout
+// (lock lingered that long after Redis went down). A command is still
+// tried four times (a dropped connection is dialed again), and the lanes
+// Session retries a failed release for its release timeout, giving up
+// sooner only while every connection is refused (Redis is down). Only lock
+// asks for it: watch's and ui's polls keep go-redis's patience, which
+// leaves outages of less than about two seconds unreported (README).
+func (t *redisTarget) dialOnce() {
+	switch {
+	case t.cluster != nil && t.cluster.DialerRetries == 0:
+		t.cluster.DialerRetries = 1
+	case t.failover != nil && t.failover.DialerRetries == 0:
+		t.failover.DialerRetries = 1
+	case t.single != nil && t.single.DialerRetries == 0:
+		t.single.DialerRetries = 1
+	}
+}
+
 // notSentinel reports whether err holds a server's refusal of the
 // SENTINEL command as unknown: go-redis asked a server that is no
 // Sentinel for the master's address (its error joins the answer of every

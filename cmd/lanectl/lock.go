@@ -606,7 +606,7 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 	}
 	if rerr != nil && !errors.Is(rerr, lanes.ErrLeaseLost) {
 		// The command ran under the lease; the keys pass on within the TTL.
-		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s (it expires within %v): %w", o.keyList(), o.ttl, o.global.unavailable(rerr)), o.global.redisURL))
+		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s: %w; the lease expires at its deadline, within %v", o.keyList(), o.global.unavailable(rerr), o.ttl), o.global.redisURL))
 	}
 	if status == 0 {
 		return nil

@@ -145,9 +145,25 @@ type opener func(ctx context.Context) (lanes.Backend, func(), error)
 // (one server, a Cluster or a Sentinel's master: connect), checked with a
 // round trip so that an unreachable server is reported at once.
 func (g *globalOptions) open(ctx context.Context) (lanes.Backend, func(), error) {
+	return g.openTarget(ctx, false)
+}
+
+// openLock is the opener of `lanectl lock`: open's, with a client that
+// dials once a try (redisTarget.dialOnce), so that lock's final release
+// to a Redis that is gone ends at once instead of redialing for seconds.
+func (g *globalOptions) openLock(ctx context.Context) (lanes.Backend, func(), error) {
+	return g.openTarget(ctx, true)
+}
+
+// openTarget opens the Backend of the --redis server, its client dialing
+// once a try when dialOnce.
+func (g *globalOptions) openTarget(ctx context.Context, dialOnce bool) (lanes.Backend, func(), error) {
 	t, err := g.redisTarget()
 	if err != nil {
 		return nil, nil, err
+	}
+	if dialOnce {
+		t.dialOnce()
 	}
 	if err := lanes.ValidateNamespace(g.namespace); err != nil {
 		return nil, nil, usageErrorf("%s", describe(err))
@@ -300,7 +316,7 @@ Run "lanectl dev-server" for an embedded server to try it without Redis.`,
 
 	root.AddCommand(
 		newDevServerCommand(&devServerOptions{}),
-		newLockCommand(&lockOptions{global: g, open: g.open, relay: relay}),
+		newLockCommand(&lockOptions{global: g, open: g.openLock, relay: relay}),
 		newStatusCommand(&statusOptions{global: g, open: g.open}),
 		newKeysCommand(&keysOptions{global: g, open: g.open}),
 		newReleaseCommand(&releaseOptions{global: g, open: g.open}),

@@ -1,0 +1,112 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/lanes-dev/lanes/lanes"
+)
+
+// refusing fails every Release and Settle step, once down, with the error
+// a Redis backend gives when nothing listens at its address (refused), or
+// with one of a server that does not answer in time (slow); from back on,
+// it works again. It counts the steps it failed.
+type refusing struct {
+	lanes.Backend
+	down  atomic.Bool
+	slow  bool         // fail as a timeout, not a refused connection
+	back  time.Time    // when it works again (zero: never)
+	tries atomic.Int64 // steps it failed
+}
+
+func (r *refusing) fail() error {
+	if !r.down.Load() || (!r.back.IsZero() && !time.Now().Before(r.back)) {
+		return nil
+	}
+	r.tries.Add(1)
+	if r.slow {
+		return fmt.Errorf("%w: i/o timeout", lanes.ErrUnavailable)
+	}
+	return fmt.Errorf("%w: dial tcp 127.0.0.1:6396: connect: %w", lanes.ErrUnavailable, syscall.ECONNREFUSED)
+}
+
+func (r *refusing) Release(ctx context.Context, by string, ids []string) (lanes.Released, error) {
+	if err := r.fail(); err != nil {
+		return lanes.Released{}, err
+	}
+	return r.Backend.Release(ctx, by, ids)
+}
+
+func (r *refusing) Settle(ctx context.Context, owner string, lifetime time.Duration, ids []string) (lanes.Released, error) {
+	if err := r.fail(); err != nil {
+		return lanes.Released{}, err
+	}
+	return r.Backend.Settle(ctx, owner, lifetime, ids)
+}
+
+// releaseWhileDown acquires a lease on b, takes b down, and returns what
+// the lease's Release answered and how long Release and the Session's
+// Close took, on synctest's clock.
+func releaseWhileDown(t *testing.T, b *refusing) (error, time.Duration) {
+	ctx := context.Background()
+	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second), lanes.WithReleaseTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.down.Store(true)
+	start := time.Now()
+	rerr := l.Release(ctx)
+	_ = s.Close()
+	return rerr, time.Since(start)
+}
+
+// A release to a backend that refuses every connection (Redis is down)
+// gives up once the refusals have lasted a quarter of a second, and the
+// Session's Close does not wait a release timeout more for its settle:
+// `lanectl lock` exits at once when Redis is gone. On synctest's clock.
+func TestReleaseGivesUpWhenConnectionsAreRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &refusing{Backend: lanes.NewMemory()}
+		err, took := releaseWhileDown(t, b)
+		if !errors.Is(err, lanes.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("Release() = %v; want ErrUnavailable, connection refused", err)
+		}
+		if took < 250*time.Millisecond || took >= 500*time.Millisecond {
+			t.Errorf("Release and Close took %v; want the refusals' grace of 250ms and not the release timeout (2s)", took)
+		}
+	})
+}
+
+// A blip is still ridden out: a backend that refuses connections for less
+// than the grace, and then answers, gets the release.
+func TestReleaseRidesOutABriefRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &refusing{Backend: lanes.NewMemory(), back: time.Now().Add(100 * time.Millisecond)}
+		err, _ := releaseWhileDown(t, b)
+		if err != nil || b.tries.Load() == 0 {
+			t.Errorf("Release() = %v after %d refused tries; want nil: the backend answered within the grace", err, b.tries.Load())
+		}
+	})
+}
+
+// A backend that is slow, not gone (timeouts, not refusals), is tried for
+// the whole release timeout, as before.
+func TestReleaseToASlowBackendTriesItsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &refusing{Backend: lanes.NewMemory(), slow: true}
+		err, took := releaseWhileDown(t, b)
+		if !errors.Is(err, lanes.ErrUnavailable) || took < 2*time.Second {
+			t.Errorf("Release() = %v after %v; want ErrUnavailable after the release timeout (2s)", err, took)
+		}
+	})
+}
