@@ -857,10 +857,10 @@ func (st *step) tellMovedUp(touched map[string]bool) {
 	m := st.m
 	for _, k := range slices.Sorted(maps.Keys(touched)) {
 		gone, ok := st.gone[k]
+		delete(st.gone, k)
 		if !ok && st.freed[k] <= st.taken[k] {
 			continue
 		}
-		delete(st.gone, k)
 		hs, q := len(m.holders[k]), m.queues[k]
 		i := m.limits[k] - hs
 		if hs > 0 && hs <= holderTTLMax && i >= 0 && i < holderTTLMax && i < len(q) &&

@@ -1429,21 +1429,23 @@ local function scan(touched)
   local moved = {}
   for key in pairs(touched) do
     local r = kget(key)
-    if r.g or r.f then moved[#moved + 1] = key end
+    r.u = (r.f or 0) > (r.a or 0) -- a holder left whose slot no waiter was granted
+    if (r.g or r.u) and r.w > 0 then moved[#moved + 1] = {key, r.g} end
+    r.g, r.gs = nil, nil
   end
-  table.sort(moved)
-  for _, key in ipairs(moved) do
+  table.sort(moved, function(x, y) return x[1] < y[1] end)
+  for _, mk in ipairs(moved) do
+    local key, g = mk[1], mk[2]
     local r = kget(key)
     local i = r.l - #r.h
     if #r.h > 0 and #r.h <= PURGE_ALL and i >= 0 and i < PURGE_ALL then
       local m, seq, id = redis.call('ZRANGEBYLEX', K_QUEUE, lo(key), hi(key), 'LIMIT', dec(i), '1')[1]
       if m then seq, id = string.match(string.sub(m, #key + 2), '^(%d+)%z(.+)$') end
-      if seq and ((r.g and tonumber(seq) > r.g) or (r.f or 0) > (r.a or 0)) then
+      if seq and ((g and tonumber(seq) > g) or r.u) then
         local w = load(id)
         if w and w.s == 'w' then told[#told + 1] = {w.o, w.id} end
       end
     end
-    r.g, r.gs = nil, nil
   end
   if next(RSPENT) then
     -- rate lanes: a grant on a rate key made the next of its queue the head
