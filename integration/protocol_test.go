@@ -844,7 +844,7 @@ type page struct {
 	now   int64
 	epoch string
 	keys  []pageKey
-	stats []int64 // expired, evicted, revoked, resets, frozen
+	stats []int64 // the counts PROTOCOL.md names: expired, evicted, revoked, resets, frozen, reset
 }
 
 // checkInspect checks inspect.lua's reply against PROTOCOL.md and returns
@@ -949,10 +949,13 @@ func (r *protoRunner) checkInspect(v any) page {
 		}
 		p.stats = append(p.stats, x)
 	}
-	if names[len(names)-1] == "frozen" && p.epoch != "" {
-		if m := r.marker(); m != nil && m["frozen"] != strconv.FormatInt(p.stats[len(p.stats)-1], 10) {
-			t.Errorf("inspect.lua frozen %d; the lanes marker says %s", p.stats[len(p.stats)-1], m["frozen"])
+	if i := slices.Index(names, "frozen"); i >= 0 && p.epoch != "" {
+		if m := r.marker(); m != nil && m["frozen"] != strconv.FormatInt(p.stats[i], 10) {
+			t.Errorf("inspect.lua frozen %d; the lanes marker says %s", p.stats[i], m["frozen"])
 		}
+	}
+	if i := slices.Index(names, "reset"); i >= 0 && p.stats[i] > 1 {
+		t.Errorf("inspect.lua reset %d; want 0 or 1", p.stats[i])
 	}
 	return p
 }

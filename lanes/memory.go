@@ -489,7 +489,15 @@ func (m *Memory) release(ctx context.Context, by string, settle time.Duration, i
 			m.revokedGone[e.ID] = st.now.Add(RevokedTombstone) // a later try is told so too
 		}
 	}
+	named := make(map[string]bool, len(ids))
 	for i, id := range ids {
+		if named[id] {
+			// An id named twice is released once, its later places gone,
+			// as release.lua does.
+			rel.Was[i] = Gone
+			continue
+		}
+		named[id] = true
 		e := m.entries[id]
 		switch {
 		case e != nil && by != "" && e.kept && e.Owner.ID == by:

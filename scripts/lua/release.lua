@@ -84,9 +84,18 @@ if err then return err end
 local touched, was = {}, {}
 if EPOCH then reap(whole and exp or nil) end -- an entry past its deadline is gone, not released
 gather() -- the removals go in one command per key, before the scan
+local first = {}
 for _, id in ipairs(list) do
-  was[#was + 1] = release_entry(id, by, by == '' and tomb or 0, touched)
-  if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
+  if first[id] then
+    -- An id named twice is released once, its later places gone (removed
+    -- again, a lender kept for its borrowers left a borrower granted from
+    -- no one: the differential test found it).
+    was[#was + 1] = 'g'
+  else
+    was[#was + 1] = release_entry(id, by, by == '' and tomb or 0, touched)
+    first[id] = true
+    if by ~= '' and tomb > 0 then entomb(id, 's', tomb) end
+  end
 end
 if EPOCH then scan(touched) end
 
