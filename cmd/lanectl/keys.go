@@ -65,6 +65,10 @@ type keysView struct {
 	OtherNamespaces []string `json:"other_namespaces,omitempty"`
 	// Overdue is status's: entries past their deadline, not yet removed.
 	Overdue int `json:"overdue,omitempty"`
+	// FrozenMS and Reset are status's: how long grants are still held
+	// back after a reset, and whether this look itself reset the namespace.
+	FrozenMS int64 `json:"frozen_ms"`
+	Reset    bool  `json:"reset"`
 
 	noLanesLine string // what the table says of it
 }
@@ -79,7 +83,8 @@ type keyCount struct {
 // newKeysView counts the holders and waiters of each key of snap, sorted by
 // waiters descending, then by key.
 func newKeysView(snap *lanes.Snapshot) keysView {
-	v := keysView{Namespace: snap.Namespace, Keys: []keyCount{}, Overdue: snap.Overdue()}
+	v := keysView{Namespace: snap.Namespace, Keys: []keyCount{}, Overdue: snap.Overdue(),
+		FrozenMS: since(snap.Frozen, snap.Time), Reset: snap.Reset}
 	for _, k := range snap.Keys {
 		if len(k.Holders)+len(k.Waiters) == 0 {
 			continue

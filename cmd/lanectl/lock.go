@@ -598,13 +598,15 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 		// command, stopped for the lease all the same.
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease nearly lost on %s: renewals did not reach Redis until its local deadline was less than %v away; %s", o.keyList(), lease.Margin(), desc)}
 	}
-	if errors.Is(rerr, lanes.ErrNotHolder) {
-		// Released by force while the command ran, and its hint came too
-		// late for the heartbeat to say so first: the same cause, in the
-		// same words.
+	if errors.Is(rerr, lanes.ErrNotHolder) || errors.Is(rerr, lanes.ErrLeaseLost) {
+		// Released by force while the command ran, or lost with the
+		// backend's state (reset, a Redis restarted empty), and the
+		// heartbeat had not said so yet: the command may have run beside
+		// another holder (a review saw lock exit 0, silent, after a state
+		// key was deleted while its command ran).
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; %s", o.keyList(), reason(rerr), desc)}
 	}
-	if rerr != nil && !errors.Is(rerr, lanes.ErrLeaseLost) {
+	if rerr != nil {
 		// The command ran under the lease; the keys pass on within the TTL.
 		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s: %w; the lease expires at its deadline, within %v", o.keyList(), o.global.unavailable(rerr), o.ttl), o.global.redisURL))
 	}

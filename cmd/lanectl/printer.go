@@ -49,15 +49,8 @@ func (p tablePrinter) Status(v statusView) error {
 	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
 		return err
 	}
-	if v.Reset {
-		if _, err := fmt.Fprintln(p.w, "reset now: this read found part of the namespace's state lost and reset it, ending every lease and waiter it had (lanectl doctor tells more)"); err != nil {
-			return err
-		}
-	}
-	if v.FrozenMS > 0 {
-		if _, err := fmt.Fprintf(p.w, "no grants for %s: the namespace's state was lost and reset; leases granted before may still run\n", ms(v.FrozenMS)); err != nil {
-			return err
-		}
+	if err := writeLines(p.w, resetLines(v.Reset, v.FrozenMS)...); err != nil {
+		return err
 	}
 	if len(v.Keys) == 0 {
 		line := "no holders or waiters"
@@ -203,6 +196,9 @@ func (p tablePrinter) Keys(v keysView) error {
 	if _, err := fmt.Fprintf(p.w, "namespace %s on %s\n", v.Namespace, v.Server); err != nil {
 		return err
 	}
+	if err := writeLines(p.w, resetLines(v.Reset, v.FrozenMS)...); err != nil {
+		return err
+	}
 	if len(v.Keys) == 0 {
 		line := "no holders or waiters"
 		if v.noLanesLine != "" {
@@ -331,4 +327,18 @@ func humanDuration(d time.Duration) string {
 		d = d.Truncate(time.Minute)
 		return fmt.Sprintf("%dh%dm", d/time.Hour, (d%time.Hour)/time.Minute)
 	}
+}
+
+// resetLines are the lines status, keys and watch print after their first
+// when the look itself reset the namespace (Snapshot.Reset) and while a
+// reset holds grants back (frozenMS above 0): none otherwise.
+func resetLines(reset bool, frozenMS int64) []string {
+	var lines []string
+	if reset {
+		lines = append(lines, "reset now: this read found part of the namespace's state lost and reset it, ending every lease and waiter it had (lanectl doctor tells more)")
+	}
+	if frozenMS > 0 {
+		lines = append(lines, fmt.Sprintf("no grants for %s: the namespace's state was lost and reset; leases granted before may still run", ms(frozenMS)))
+	}
+	return lines
 }

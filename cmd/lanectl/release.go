@@ -119,7 +119,7 @@ func forceRelease(ctx context.Context, b lanes.Backend, ids []string, known map[
 	if snap, err := b.Inspect(ctx, nil); err == nil {
 		after = entryInfos(snap)
 	}
-	v := releaseView{Released: []releasedEntry{}, Granted: []string{}}
+	v := releaseView{Released: []releasedEntry{}, Granted: []string{}, Next: []grantedEntry{}}
 	// left: an entry the first look found and the second did not.
 	left := func(id string) bool {
 		_, was := known[id]

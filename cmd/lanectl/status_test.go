@@ -447,8 +447,12 @@ func TestStatusSaysItsReadReset(t *testing.T) {
 			t.Errorf("Inspect() after status = resets %d, reset %v; want 1 and false", snap.Stats.Resets, snap.Reset)
 		}
 
-		// Again, with --json, and a lease running: it ends, grants freeze.
-		s.hold(t, "k2")
+		// Again, with --json, and a lease running (no Session: none steps
+		// meanwhile): it ends, grants freeze.
+		if _, err := s.b.Enqueue(ctx, lanes.Owner{ID: "o-status", Host: "test-host", PID: 4242}, time.Minute,
+			[]lanes.Request{{ID: "h2", Lanes: []lanes.Lane{{Key: "k2", Limit: 1}}}}); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.c.Del(ctx, s.b.Keys()[4]).Err(); err != nil { // nested
 			t.Fatal(err)
 		}

@@ -233,6 +233,7 @@ func (p *plainWatch) show(f watchFrame) error {
 			return nil
 		}
 		fmt.Fprintf(&buf, "%s  namespace %s  %s\n", f.at.Local().Format(plainTime), f.view.Namespace, counts(f.view))
+		_ = writeLines(&buf, resetLines(f.view.Reset, f.view.FrozenMS)...) // a bytes.Buffer does not fail
 		if len(f.view.Keys) > 0 {
 			if err := writeStatusTable(&buf, f.view); err != nil {
 				return err
@@ -400,7 +401,11 @@ func (t *termWatch) screen(f watchFrame) []screenLine {
 	if f.err != "" {
 		summary = "as last seen at " + t.last.at.Local().Format("15:04:05") + ": " + summary
 	}
-	lines = append(lines, screenLine{text: summary}, screenLine{})
+	lines = append(lines, screenLine{text: summary})
+	for _, l := range resetLines(v.Reset, v.FrozenMS) {
+		lines = append(lines, screenLine{text: l, hot: true})
+	}
+	lines = append(lines, screenLine{})
 	if len(v.Keys) == 0 {
 		return lines
 	}
