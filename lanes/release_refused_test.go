@@ -71,9 +71,11 @@ func releaseWhileDown(t *testing.T, b *refusing) (error, time.Duration) {
 }
 
 // A release to a backend that refuses every connection (Redis is down)
-// gives up once the refusals have lasted a quarter of a second, and the
-// Session's Close does not wait a release timeout more for its settle:
-// `lanectl lock` exits at once when Redis is gone. On synctest's clock.
+// gives up once the refusals have lasted three quarters of the release
+// timeout (1.5s of 2s), with the refusal's error, and the Session's Close
+// does not wait a release timeout more for its settle: `lanectl lock`
+// exits when Redis is gone, not two release timeouts later. On synctest's
+// clock.
 func TestReleaseGivesUpWhenConnectionsAreRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &refusing{Backend: lanes.NewMemory()}
@@ -81,17 +83,19 @@ func TestReleaseGivesUpWhenConnectionsAreRefused(t *testing.T) {
 		if !errors.Is(err, lanes.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("Release() = %v; want ErrUnavailable, connection refused", err)
 		}
-		if took < 250*time.Millisecond || took >= 500*time.Millisecond {
-			t.Errorf("Release and Close took %v; want the refusals' grace of 250ms and not the release timeout (2s)", took)
+		if took < 1500*time.Millisecond || took >= 2*time.Second {
+			t.Errorf("Release and Close took %v; want the refusals' grace of 1.5s, less than one release timeout (2s)", took)
 		}
 	})
 }
 
-// A blip is still ridden out: a backend that refuses connections for less
-// than the grace, and then answers, gets the release.
+// A Redis restart is ridden out: a backend that refuses connections for
+// less than the grace (1.2s: a restart with persistence; a review saw one
+// of 1s leave the lease held for its TTL when the grace was 250ms), and
+// then answers, gets the release.
 func TestReleaseRidesOutABriefRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &refusing{Backend: lanes.NewMemory(), back: time.Now().Add(100 * time.Millisecond)}
+		b := &refusing{Backend: lanes.NewMemory(), back: time.Now().Add(1200 * time.Millisecond)}
 		err, _ := releaseWhileDown(t, b)
 		if err != nil || b.tries.Load() == 0 {
 			t.Errorf("Release() = %v after %d refused tries; want nil: the backend answered within the grace", err, b.tries.Load())

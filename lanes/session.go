@@ -947,15 +947,22 @@ func retryWhile(ctx context.Context, most time.Duration, step func(context.Conte
 	}
 }
 
-// refusedGrace bounds how long the Session's release and settle steps go
-// on trying once every step it sent for that long was refused a
-// connection (ECONNREFUSED: nothing listens at the backend's address, so
-// Redis is down, not slow): then each gives up at its next refused try,
-// and the lease expires at its deadline, as a Consul session or an etcd
-// lease does when its holder's unlock cannot reach the server. A blip (a reset connection, a timeout, BUSY,
-// LOADING, a server that listens again within the grace) is retried for
-// the whole release timeout, as before.
-const refusedGrace = 250 * time.Millisecond
+// refusedGrace is how long the Session's release and settle steps go on
+// trying once every step it sent was refused a connection (ECONNREFUSED:
+// nothing listens at the backend's address): three quarters of the
+// release timeout (1.5s by default). Then each gives up at its next
+// refused try, and the lease expires at its deadline, as a Consul session
+// or an etcd lease does when its holder's unlock cannot reach the server;
+// Close's settle, after a release that gave up so, gives up at once. A
+// Redis restarted within it (with persistence: a review saw a restart of
+// 1s leave a lease held for its TTL when the grace was 250ms) gets the
+// release; a blip of another kind (a reset connection, a timeout, BUSY,
+// LOADING) is retried for the whole release timeout.
+func (s *Session) refusedGrace() time.Duration { return s.releaseTimeout * 3 / 4 }
+
+// releasePause is the longest pause between two tries of a release or
+// settle step.
+const releasePause = 100 * time.Millisecond
 
 // noteStep records what a step to the backend answered, for
 // moreThanRefused: a refused connection starts the refusals' time, when
@@ -974,15 +981,16 @@ func (s *Session) noteStep(err error) {
 func (s *Session) moreThanRefused(err error) bool {
 	s.noteStep(err)
 	since := s.refusedSince.Load()
-	return since == 0 || time.Since(time.Unix(0, since)) < refusedGrace
+	return since == 0 || time.Since(time.Unix(0, since)) < s.refusedGrace()
 }
 
-// retryRelease runs a release or settle step as retry does, with the
-// Session's pause, giving up once the backend has refused connections for
-// refusedGrace (moreThanRefused): the release of a lease to a Redis that
-// is down ends at once, and the lease expires at its deadline.
+// retryRelease runs a release or settle step as retry does, pausing at
+// most releasePause between tries (a Redis back from a restart gets the
+// release soon after), giving up once the backend has refused connections
+// for refusedGrace (moreThanRefused): the release of a lease to a Redis
+// that is gone ends then, and the lease expires at its deadline.
 func (s *Session) retryRelease(ctx context.Context, step func(context.Context) error) error {
-	return retryWhile(ctx, s.interval, func(ctx context.Context) error {
+	return retryWhile(ctx, min(s.interval, releasePause), func(ctx context.Context) error {
 		err := step(ctx)
 		if err == nil || !errors.Is(err, ErrUnavailable) {
 			s.noteStep(nil) // it answered
