@@ -275,7 +275,7 @@ func newRootCommand(g *globalOptions, relay *signalRelay) *cobra.Command {
 The server comes from --redis or --redis-url-file, else $LANES_REDIS_URL or
 $LANES_REDIS_URL_FILE, else ` + defaultRedisURL + `: one server, a Redis
 Cluster (any node's URL; more seed nodes with addr=HOST:PORT) or the master
-Sentinels name (redis://SENTINEL:26379?master_name=NAME); the namespace from
+that Sentinels name (redis://SENTINEL:26379?master_name=NAME); the namespace from
 --namespace, else $LANES_NAMESPACE, else "default". A rediss:// server's
 certificate is checked against the system's CAs, or those of --redis-ca-file
 ($LANES_REDIS_CA_FILE).
