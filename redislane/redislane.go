@@ -350,6 +350,26 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 	if len(ids) <= b.idPiece {
 		return b.releaseOnce(ctx, by, tomb, ids)
 	}
+	// An id named twice is released once, its later places gone, as
+	// release.lua does within a run: across pieces, the second run would
+	// remove again a lender the first kept for its borrowers (a break-it
+	// review saw a key held by a borrower granted to a waiter).
+	if uniq := slices.Compact(slices.Sorted(slices.Values(ids))); len(uniq) < len(ids) {
+		firsts := make([]string, 0, len(uniq))
+		seen := make(map[string]bool, len(uniq))
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				firsts = append(firsts, id)
+			}
+		}
+		r, err := b.release(ctx, by, tomb, firsts)
+		out := spreadReleased(r, ids, firsts)
+		if pe := (*PartialError)(nil); errors.As(err, &pe) {
+			err = &PartialError{Done: len(out.Was), Of: len(ids), Err: pe.Err}
+		}
+		return out, err
+	}
 	var out lanes.Released
 	// The piece that granted an id, and the piece that removed it (a
 	// later one removed a grant of the step's own).
@@ -384,6 +404,32 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 		out.Granted = nil
 	}
 	return out, nil
+}
+
+// spreadReleased gives ids (some named twice) what r says of firsts (ids
+// in order, each once): an id's first place its state, a later place
+// Gone. A partial r (fewer states than firsts) spreads to the places
+// before the first id it does not cover.
+func spreadReleased(r lanes.Released, ids, firsts []string) lanes.Released {
+	at := make(map[string]int, len(firsts))
+	for i, id := range firsts {
+		at[id] = i
+	}
+	out := lanes.Released{Granted: r.Granted, Epoch: r.Epoch}
+	done := map[string]bool{}
+	for _, id := range ids {
+		i := at[id]
+		if i >= len(r.Was) {
+			break
+		}
+		if done[id] {
+			out.Was, out.Forced, out.Revoked = append(out.Was, lanes.Gone), append(out.Forced, false), append(out.Revoked, false)
+			continue
+		}
+		done[id] = true
+		out.Was, out.Forced, out.Revoked = append(out.Was, r.Was[i]), append(out.Forced, r.Forced[i]), append(out.Revoked, r.Revoked[i])
+	}
+	return out
 }
 
 // releaseOnce runs release.lua once for ids, validated.

@@ -301,3 +301,48 @@ func TestSplitStepRefusalSettled(t *testing.T) {
 		}
 	})
 }
+
+// (Found by a break-it review.) A release that names an id twice in two
+// pieces released it twice: the second run removed the lender the first
+// had kept for its borrower (not named), and granted the borrower's key to
+// a waiter while the borrower still held it. It is released once, its
+// later place gone, as in one run and as the memory backend does; the
+// states agree with the memory backend's. On miniredis and real Redis.
+func TestSplitReleaseNamesAnIDTwice(t *testing.T) {
+	splitServers(t, func(t *testing.T, client func(t *testing.T) *redis.Client) {
+		ctx := context.Background()
+		b := newBackend(t, client(t))
+		redislane.SetPieces(b, 200, 2)
+		for _, be := range []lanes.Backend{b, lanes.NewMemory()} {
+			o, w := lanes.Owner{ID: "o", Host: "h", PID: 1}, lanes.Owner{ID: "w", Host: "h", PID: 2}
+			steps := []struct {
+				owner lanes.Owner
+				req   lanes.Request
+			}{
+				{o, lanes.Request{ID: "O", Lanes: []lanes.Lane{{Key: "a", Limit: 1}}}},
+				{o, lanes.Request{ID: "I", Lineage: []string{"O"}, Lanes: []lanes.Lane{{Key: "a", Limit: 1}, {Key: "b", Limit: 1}}}},
+				{w, lanes.Request{ID: "Wa", Lanes: []lanes.Lane{{Key: "a", Limit: 1}}}},
+				{w, lanes.Request{ID: "Wb", Lanes: []lanes.Lane{{Key: "b", Limit: 1}}}},
+			}
+			for _, st := range steps {
+				if _, err := be.Enqueue(ctx, st.owner, time.Minute, []lanes.Request{st.req}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := be.Release(ctx, "", []string{"O", "x", "O"}) // pieces [O x] [O] on Redis
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Was) != 3 || r.Was[0] != lanes.Held || r.Was[1] != lanes.Gone || r.Was[2] != lanes.Gone || len(r.Granted) != 0 {
+				t.Errorf("%T: Release(O, x, O) = %+v; want Was [held gone gone], nothing granted (I keeps b, O is kept for it)", be, r)
+			}
+			snap, err := be.Inspect(ctx, []string{"b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Keys) != 1 || len(snap.Keys[0].Holders) != 1 || snap.Keys[0].Holders[0].ID != "I" {
+				t.Errorf("%T: b after the release: %+v; want I its one holder", be, snap.Keys)
+			}
+		}
+	})
+}
