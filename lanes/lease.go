@@ -268,8 +268,9 @@ func (l *Lease) Err() error {
 // revoked when the lease it borrowed from ended);
 // ErrNotHolder if an operator had released it by force; ErrUnavailable if
 // the backend could not be reached within the release timeout, or, once
-// the backend has refused every connection for a quarter of a second
-// (nothing listens: Redis is down), at its next refused try (the lease
+// the backend has refused every connection for three quarters of the
+// release timeout (nothing listens: Redis is down), at its next refused
+// try (the lease
 // then expires within its TTL, and the Session settles its id in the
 // background: an Enqueue of the id waits for that, then is refused with
 // ErrIDRetired while the id's tombstone lives, so that a release step

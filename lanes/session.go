@@ -81,6 +81,10 @@ type Session struct {
 	// release), what its Lease.Release reports
 	released  chan struct{}
 	closeErrs map[string]error
+	// unsettled holds the errors of background settles (settleLater)
+	// that gave up: their entries stay until their deadlines; Close
+	// returns them
+	unsettled []error
 	bg        sync.WaitGroup // best-effort releases of lost leases
 	tel       telemetry
 }
@@ -850,7 +854,7 @@ func (s *Session) settleLater(ids []string) <-chan struct{} {
 		ctx, cancel := context.WithTimeout(parent, budget)
 		defer cancel()
 		for piece := range slices.Chunk(ids, releasePiece) {
-			_ = s.retryRelease(ctx, func(ctx context.Context) error {
+			err := s.retryRelease(ctx, func(ctx context.Context) error {
 				// Each try gets a release timeout, and one begun before
 				// Close ends by s.closeBy: a client ends a command at its
 				// context's deadline, not always at its cancellation.
@@ -868,6 +872,11 @@ func (s *Session) settleLater(ids []string) <-chan struct{} {
 				}
 				return err
 			})
+			if err != nil {
+				s.mu.Lock()
+				s.unsettled = append(s.unsettled, fmt.Errorf("releasing %d entries in the background: %w", len(piece), err))
+				s.mu.Unlock()
+			}
 		}
 	}
 	s.background(settle)
@@ -1001,8 +1010,11 @@ func (s *Session) retryRelease(ctx context.Context, step func(context.Context) e
 
 // Close ends the Session: waiters fail with ErrClosed, leases end, every
 // entry is released in steps bounded by the release timeout, and the
-// heartbeat goroutine exits. It returns the release steps' error, if any.
-// Close is idempotent.
+// heartbeat goroutine exits. It returns the release steps' error, if any,
+// and that of each background release of a lease whose own Release failed
+// (ErrUnavailable) that gave up too: those entries stay in the backend
+// until their deadlines (a break-it review saw lanectl batch say nothing of
+// them). Close is idempotent.
 func (s *Session) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -1080,11 +1092,13 @@ func (s *Session) Close() error {
 	s.closeErrs = closeErrs
 	s.mu.Unlock()
 	close(s.released)
-	err := errors.Join(errs...)
 	s.unsubscribe()
 	s.bg.Wait()
 	s.endSettles()
-	return err
+	s.mu.Lock()
+	errs = append(errs, s.unsettled...)
+	s.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // waitError is the error of a wait that ctx ended.

@@ -97,3 +97,36 @@ func TestLockRedisDownAtReleaseSaysSoAndExits(t *testing.T) {
 		t.Errorf("stderr = %q; want %q", stderr, want)
 	}
 }
+
+// (Found by a break-it review.) lanectl batch whose calls finished while
+// Redis was gone exited 0 and said nothing, its entries left in Redis
+// until their deadlines: each call's release failed inside the scheduler
+// and was settled in the background, and Session.Close, with nothing left
+// of its own to release, returned nil. Close now returns the background
+// settles that gave up too, and batch prints its warning. The real Redis
+// server, behind a proxy the test takes down.
+func TestBatchRedisDownAtReleaseSaysSo(t *testing.T) {
+	s := newRealRedis(t)
+	p := newDownProxy(t, strings.TrimPrefix(s.url, "redis://"))
+	url := "redis://" + p.l.Addr().String()
+	ready := filepath.Join(t.TempDir(), "ready")
+	d := newBatchDir(t, `
+[tools.waiter]
+command = ["sh", "-c", 'touch "$1"; while [ -e "$1" ]; do sleep 0.02; done', "sh", "`+ready+`"]
+concurrency = { key = "w", limit = 2 }
+safe = true
+`)
+	b := startBin(t, "--redis", url, "--namespace", s.ns, "batch", "--json", "--ttl", "1m", "--tools", d.tools,
+		"--calls", d.calls(t, "anthropic", toolCall{"c1", "waiter", `{}`}))
+	eventually(t, "the call runs", func() bool { return fileExists(ready) })
+	p.down()
+	os.Remove(ready)
+	if code := b.wait(t); code != 0 {
+		t.Errorf("batch whose release could not reach Redis = %d; want 0 (its call ran): %s", code, b.stderr.String())
+	}
+	checkOutcomes(t, decodeBatch(t, b.stdout.String()), []want{{"c1", "waiter", "ok", ""}})
+	stderr := b.stderr.String()
+	if !strings.HasPrefix(stderr, "lanectl: warning: could not release the batch's entries (they expire within 1m0s): cannot reach Redis at "+url) {
+		t.Errorf("stderr = %q; want the warning that the batch's entries could not be released, and why", stderr)
+	}
+}
