@@ -114,3 +114,46 @@ func TestReleaseToASlowBackendTriesItsTimeout(t *testing.T) {
 		}
 	})
 }
+
+// Close returns the background release of a lease whose own Release
+// failed when that gave up too, and nothing when it went through: a
+// backend slow past the release timeout that answers again within Close's
+// own gets the entry, and lanectl says nothing (a review saw a warning
+// printed for a lease released after all); one that never answers leaves
+// it, and Close says so (lanectl batch exited 0, silent). On synctest's
+// clock.
+func TestCloseReportsTheBackgroundReleaseThatGaveUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		for _, back := range []time.Duration{2500 * time.Millisecond, 0} {
+			b := &refusing{Backend: lanes.NewMemory(), slow: true}
+			s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second), lanes.WithReleaseTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back > 0 {
+				b.back = time.Now().Add(back)
+			}
+			b.down.Store(true)
+			if err := l.Release(ctx); !errors.Is(err, lanes.ErrUnavailable) {
+				t.Fatalf("Release() to a backend that does not answer = %v; want ErrUnavailable", err)
+			}
+			closeErr := s.Close()
+			snap, err := b.Backend.Inspect(ctx, []string{"k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := len(snap.Keys) == 1 && len(snap.Keys[0].Holders) == 1
+			switch {
+			case back > 0 && (closeErr != nil || held):
+				t.Errorf("backend back after %v: Close() = %v, k held %v; want nil and k free (the background release went through)", back, closeErr, held)
+			case back == 0 && (!errors.Is(closeErr, lanes.ErrUnavailable) || !held):
+				t.Errorf("backend never back: Close() = %v, k held %v; want ErrUnavailable and k held until its deadline", closeErr, held)
+			}
+		}
+	})
+}

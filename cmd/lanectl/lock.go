@@ -41,6 +41,10 @@ type lockOptions struct {
 	global *globalOptions
 	open   opener
 	relay  *signalRelay // signals after the first, for the command; may be nil
+	// releaseErr is the error of the lease's release when it failed
+	// (ErrUnavailable): closeAndWarn says so if the Session's Close could
+	// not release it either
+	releaseErr error
 
 	limit int
 	// rate lanes: --rate N/s|N/m|N/h (zero: none) and --cost; limitSet:
@@ -284,7 +288,7 @@ func (o *lockOptions) run(cmd *cobra.Command) error {
 	}
 	// Deferred after closeBackend, so it runs first: every entry of the
 	// session leaves Redis before the connection closes.
-	defer sess.Close()
+	defer o.closeAndWarn(sess, cmd.ErrOrStderr())
 
 	wctx := ctx
 	if o.wait > 0 {
@@ -607,13 +611,29 @@ func (o *lockOptions) finish(ctx context.Context, stderr io.Writer, lease *lanes
 		return &exitError{code: exitLeaseLost, err: fmt.Errorf("lease lost on %s: %v; %s", o.keyList(), reason(rerr), desc)}
 	}
 	if rerr != nil {
-		// The command ran under the lease; the keys pass on within the TTL.
-		fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s: %w; the lease expires at its deadline, within %v", o.keyList(), o.global.unavailable(rerr), o.ttl), o.global.redisURL))
+		// The command ran under the lease; the keys pass on within the
+		// TTL. Said once the Session's Close is over, and only if its
+		// release in the background gave up too (closeAndWarn).
+		o.releaseErr = rerr
 	}
 	if status == 0 {
 		return nil
 	}
 	return &exitError{code: status}
+}
+
+// closeAndWarn closes sess and, when the lease's release had failed
+// (releaseErr) and the Session's release of it in the background failed
+// too, says in one line that the lease stays until its deadline. A
+// release that had failed and then went through in the background (Redis
+// paused, or slow for a while) says nothing: a review saw the warning
+// printed for a lease that was released after all.
+func (o *lockOptions) closeAndWarn(sess *lanes.Session, stderr io.Writer) {
+	closeErr := sess.Close()
+	if o.releaseErr == nil || closeErr == nil {
+		return
+	}
+	fmt.Fprintln(stderr, errorLine(fmt.Errorf("warning: could not release %s: %w; the lease expires at its deadline, within %v", o.keyList(), o.global.unavailable(o.releaseErr), o.ttl), o.global.redisURL))
 }
 
 // awaitLoss waits, once the guard stopped the command as the lease's local
