@@ -984,11 +984,10 @@ func (s *Session) noteStep(err error) {
 	s.refusedSince.Store(0)
 }
 
-// moreThanRefused notes err (noteStep) and reports whether a release or
-// settle step that failed with it is worth another try: not when every
-// step of the Session was refused a connection for refusedGrace or more.
-func (s *Session) moreThanRefused(err error) bool {
-	s.noteStep(err)
+// moreThanRefused reports whether a release or settle step that failed
+// (its error noted: noteStep) is worth another try: not when every step of
+// the Session was refused a connection for refusedGrace or more.
+func (s *Session) moreThanRefused(error) bool {
 	since := s.refusedSince.Load()
 	return since == 0 || time.Since(time.Unix(0, since)) < s.refusedGrace()
 }
@@ -1001,9 +1000,7 @@ func (s *Session) moreThanRefused(err error) bool {
 func (s *Session) retryRelease(ctx context.Context, step func(context.Context) error) error {
 	return retryWhile(ctx, min(s.interval, releasePause), func(ctx context.Context) error {
 		err := step(ctx)
-		if err == nil || !errors.Is(err, ErrUnavailable) {
-			s.noteStep(nil) // it answered
-		}
+		s.noteStep(err)
 		return err
 	}, s.moreThanRefused)
 }
