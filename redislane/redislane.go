@@ -354,15 +354,15 @@ func (b *Backend) release(ctx context.Context, by string, tomb time.Duration, id
 	// release.lua does within a run: across pieces, the second run would
 	// remove again a lender the first kept for its borrowers (a break-it
 	// review saw a key held by a borrower granted to a waiter).
-	if uniq := slices.Compact(slices.Sorted(slices.Values(ids))); len(uniq) < len(ids) {
-		firsts := make([]string, 0, len(uniq))
-		seen := make(map[string]bool, len(uniq))
-		for _, id := range ids {
-			if !seen[id] {
-				seen[id] = true
-				firsts = append(firsts, id)
-			}
+	firsts := make([]string, 0, len(ids))
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			firsts = append(firsts, id)
 		}
+	}
+	if len(firsts) < len(ids) {
 		r, err := b.release(ctx, by, tomb, firsts)
 		out := spreadReleased(r, ids, firsts)
 		if pe := (*PartialError)(nil); errors.As(err, &pe) {
