@@ -51,9 +51,9 @@ func (r *refusing) Settle(ctx context.Context, owner string, lifetime time.Durat
 }
 
 // releaseWhileDown acquires a lease on b, takes b down, and returns what
-// the lease's Release answered and how long Release and the Session's
-// Close took, on synctest's clock.
-func releaseWhileDown(t *testing.T, b *refusing) (error, time.Duration) {
+// the lease's Release and the Session's Close answered and how long the
+// two took, on synctest's clock.
+func releaseWhileDown(t *testing.T, b *refusing) (rerr, closeErr error, took time.Duration) {
 	ctx := context.Background()
 	s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second), lanes.WithReleaseTimeout(2*time.Second))
 	if err != nil {
@@ -65,9 +65,9 @@ func releaseWhileDown(t *testing.T, b *refusing) (error, time.Duration) {
 	}
 	b.down.Store(true)
 	start := time.Now()
-	rerr := l.Release(ctx)
-	_ = s.Close()
-	return rerr, time.Since(start)
+	rerr = l.Release(ctx)
+	closeErr = s.Close()
+	return rerr, closeErr, time.Since(start)
 }
 
 // A release to a backend that refuses every connection (Redis is down)
@@ -79,7 +79,7 @@ func releaseWhileDown(t *testing.T, b *refusing) (error, time.Duration) {
 func TestReleaseGivesUpWhenConnectionsAreRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &refusing{Backend: lanes.NewMemory()}
-		err, took := releaseWhileDown(t, b)
+		err, _, took := releaseWhileDown(t, b)
 		if !errors.Is(err, lanes.ErrUnavailable) || !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("Release() = %v; want ErrUnavailable, connection refused", err)
 		}
@@ -96,7 +96,7 @@ func TestReleaseGivesUpWhenConnectionsAreRefused(t *testing.T) {
 func TestReleaseRidesOutABriefRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &refusing{Backend: lanes.NewMemory(), back: time.Now().Add(1200 * time.Millisecond)}
-		err, _ := releaseWhileDown(t, b)
+		err, _, _ := releaseWhileDown(t, b)
 		if err != nil || b.tries.Load() == 0 {
 			t.Errorf("Release() = %v after %d refused tries; want nil: the backend answered within the grace", err, b.tries.Load())
 		}
@@ -108,7 +108,7 @@ func TestReleaseRidesOutABriefRefusal(t *testing.T) {
 func TestReleaseToASlowBackendTriesItsTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := &refusing{Backend: lanes.NewMemory(), slow: true}
-		err, took := releaseWhileDown(t, b)
+		err, _, took := releaseWhileDown(t, b)
 		if !errors.Is(err, lanes.ErrUnavailable) || took < 2*time.Second {
 			t.Errorf("Release() = %v after %v; want ErrUnavailable after the release timeout (2s)", err, took)
 		}
@@ -127,22 +127,13 @@ func TestCloseReportsTheBackgroundReleaseThatGaveUp(t *testing.T) {
 		ctx := context.Background()
 		for _, back := range []time.Duration{2500 * time.Millisecond, 0} {
 			b := &refusing{Backend: lanes.NewMemory(), slow: true}
-			s, err := lanes.NewSession(ctx, b, lanes.WithTTL(10*time.Second), lanes.WithReleaseTimeout(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l, err := s.Acquire(ctx, lanes.Request{Lanes: []lanes.Lane{{Key: "k", Limit: 1}}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			if back > 0 {
 				b.back = time.Now().Add(back)
 			}
-			b.down.Store(true)
-			if err := l.Release(ctx); !errors.Is(err, lanes.ErrUnavailable) {
-				t.Fatalf("Release() to a backend that does not answer = %v; want ErrUnavailable", err)
+			rerr, closeErr, _ := releaseWhileDown(t, b)
+			if !errors.Is(rerr, lanes.ErrUnavailable) {
+				t.Fatalf("Release() to a backend that does not answer = %v; want ErrUnavailable", rerr)
 			}
-			closeErr := s.Close()
 			snap, err := b.Backend.Inspect(ctx, []string{"k"})
 			if err != nil {
 				t.Fatal(err)
